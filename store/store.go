@@ -1,0 +1,169 @@
+// Package store defines what the idempotency middleware needs from the place
+// it keeps claims and responses, and the record it keeps there.
+//
+// A key moves through two states. A claim marks it in flight: it holds an
+// owner token, the request's fingerprint and a short life (the route's
+// deadline plus a margin), so that a request that never finishes lets go of
+// the key. Completing the claim turns it into a record that holds the
+// response for the retention window. Every change after the claim is a
+// compare-and-set on the owner token: a request whose claim lapsed and was
+// taken by another can no longer touch the key.
+//
+// Every implementation must pass the conformance suite in package storetest.
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Store keeps claims and completed records. Implementations are safe for
+// concurrent use. A key is the name KeyName returns; implementations treat it
+// as opaque.
+type Store interface {
+	// Claim atomically claims key for c.Token when nobody holds it, and
+	// otherwise reports what holds it. It is a single round trip to the
+	// backend. A claim that finds the caller's own token (a retried call
+	// whose first reply was lost) reports Mine, which the caller treats as
+	// Claimed.
+	Claim(ctx context.Context, key string, c Claim) (Result, error)
+
+	// Complete replaces the claim held by token with rec and keeps it for
+	// retention. It returns ErrNotOwner, and writes nothing, when key is not
+	// in flight under token (the claim lapsed, was released, or another
+	// request holds it now).
+	Complete(ctx context.Context, key, token string, rec *Record, retention time.Duration) error
+
+	// Release deletes the claim held by token, so that the next request with
+	// the key runs. It returns ErrNotOwner, and deletes nothing, when key is
+	// not in flight under token.
+	Release(ctx context.Context, key, token string) error
+
+	// Extend sets the remaining life of the claim held by token to ttl. It
+	// returns ErrNotOwner when key is not in flight under token.
+	Extend(ctx context.Context, key, token string, ttl time.Duration) error
+}
+
+// Claim is what a request asks the store for.
+type Claim struct {
+	// Token is a fresh random value that identifies this request as the
+	// owner of the claim.
+	Token string
+	// Fingerprint is the canonical digest of the request.
+	Fingerprint [32]byte
+	// TTL is the life of the claim: the route's deadline plus a margin.
+	TTL time.Duration
+}
+
+// State is the outcome of a claim.
+type State uint8
+
+// The outcomes of Store.Claim.
+const (
+	// Claimed: the key was free and now belongs to the caller.
+	Claimed State = iota + 1
+	// Mine: the key is in flight under the caller's own token. A backend
+	// that resends a claim after a lost reply produces this; treat it as
+	// Claimed.
+	Mine
+	// InFlight: another request holds the key and has not finished.
+	InFlight
+	// Completed: the key holds a kept response.
+	Completed
+)
+
+var stateNames = [...]string{"invalid", "claimed", "mine", "in flight", "completed"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return stateNames[0]
+}
+
+// Result is the answer to a claim.
+type Result struct {
+	State State
+	// Fingerprint is the fingerprint stored with the key: the claim's
+	// (Claimed, Mine, InFlight) or the record's (Completed).
+	Fingerprint [32]byte
+	// TTL is the remaining life of the claim when State is InFlight.
+	TTL time.Duration
+	// Record is the kept response when State is Completed.
+	Record *Record
+}
+
+// Record is a kept response.
+type Record struct {
+	// Status is the HTTP status code of the response.
+	Status int
+	// Header holds the response headers that may be replayed.
+	Header http.Header
+	// Body is the response body; empty when BodyOmitted.
+	Body []byte
+	// BodyOmitted reports that the body was larger than the capture limit
+	// and was not kept: a replay sends the status and headers only.
+	BodyOmitted bool
+	// Fingerprint is the canonical digest of the request that produced the
+	// response.
+	Fingerprint [32]byte
+	// CreatedAt is when the key was claimed, CompletedAt when the response
+	// was kept.
+	CreatedAt, CompletedAt time.Time
+}
+
+// Errors a Store returns. Match them with errors.Is.
+var (
+	// ErrNotOwner: the caller's token does not hold the key.
+	ErrNotOwner = errors.New("idemkey: store: claim not held by this token")
+	// ErrUnavailable: the backend could not be reached or refused the
+	// operation. Stores wrap their backend's error with it.
+	ErrUnavailable = errors.New("idemkey: store: unavailable")
+	// ErrFull: the store is at capacity with claims it may not evict.
+	ErrFull = errors.New("idemkey: store: full")
+)
+
+// KeyPrefix starts every name KeyName returns.
+const KeyPrefix = "idem:v1:"
+
+// KeyName returns the store key for an idempotency key in a scope:
+// "idem:v1:{<64 hex>}", where the hex is a SHA-256 over the length-prefixed
+// scope and key. Raw scopes and keys never appear in store key names, two
+// different (scope, key) pairs never share a name, and the braces are a
+// Redis Cluster hash tag that keeps everything about one record in one slot.
+func KeyName(scope, key string) string {
+	d := Digest(scope, key)
+	var b [len(KeyPrefix) + 2 + 2*sha256.Size]byte
+	n := copy(b[:], KeyPrefix)
+	b[n] = '{'
+	hex.Encode(b[n+1:], d[:])
+	b[len(b)-1] = '}'
+	return string(b[:])
+}
+
+// Digest returns the SHA-256 over the length-prefixed scope and key that
+// KeyName encodes. Logs and operators' tools name a record by its hex.
+func Digest(scope, key string) [sha256.Size]byte {
+	var buf [128]byte
+	b := buf[:0]
+	b = binary.BigEndian.AppendUint32(b, uint32(len(scope)))
+	b = append(b, scope...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(key)))
+	b = append(b, key...)
+	return sha256.Sum256(b)
+}
+
+// DigestOf returns the hex digest inside a name made by KeyName, or "" when
+// name is not one.
+func DigestOf(name string) string {
+	const n = len(KeyPrefix) + 2 + 2*sha256.Size
+	if len(name) != n || name[:len(KeyPrefix)] != KeyPrefix {
+		return ""
+	}
+	return name[len(KeyPrefix)+1 : n-1]
+}
