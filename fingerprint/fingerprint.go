@@ -1,0 +1,288 @@
+// Package fingerprint computes canonical fingerprints of HTTP requests: the
+// digest the idempotency middleware keeps with a key, so that a repeat of
+// the key with a different request is told apart from a retry of the same
+// one.
+//
+// The rule a fingerprint holds: two requests a handler could tell apart
+// never share a fingerprint, and differences no handler can observe (the
+// order of object members or of query parameters with different names,
+// insignificant whitespace, the spelling of a string escape, the case of a
+// media type) never make two requests differ. Where the two pull against
+// each other the first wins: a fingerprint may differ for requests a
+// handler would treat alike, never the other way round.
+//
+// # What a fingerprint covers
+//
+// A fingerprint is SHA-256 over the prefix "idemkey fingerprint v1\n"
+// followed by the selected fields in this order, each written as a tag byte,
+// its length as a big-endian uint64, and its bytes, so that no two different
+// sequences of fields hash the same bytes:
+//
+//   - Method ('M'): the request method exactly as sent (methods are
+//     case-sensitive).
+//   - Path ('P'): the escaped path, r.URL.EscapedPath(), as it is: /a%2Fb
+//     and /a/b differ, and so do /a and /a/.
+//   - Query ('Q'): the query parsed the way url.ParseQuery parses it, '+'
+//     and percent escapes decoded; the pairs sorted by name, the values of
+//     one name kept in their order, each name and value length-prefixed. So
+//     b=2&a=1 and a=1&b=2 are the same, and so are a=%41 and a=A, but
+//     a=1&a=2 and a=2&a=1 differ. A query url.ParseQuery rejects (a ';', a
+//     malformed escape) is covered as its raw bytes under the tag 'q'.
+//   - MediaType ('T'): the Content-Type header, parsed by RFC 9110: the
+//     type/subtype in lower case, then its parameters sorted by name (names
+//     in lower case, quoted values unquoted, the charset value in lower
+//     case), each length-prefixed. Parameters are kept, not dropped: a
+//     charset changes what the body's bytes say and a multipart boundary how
+//     it splits. A header that does not parse is covered as its raw value
+//     under the tag 't', and its body as raw bytes. A missing header is the
+//     empty media type.
+//   - Body: canonical by media type.
+//     application/json and every +json type: the CanonicalJSON form (tag
+//     'J'); a body that is not valid JSON, or nests deeper than MaxDepth, is
+//     covered as its raw bytes under the tag 'j', so it never collides with a
+//     valid one.
+//     application/x-www-form-urlencoded: the pairs as for Query (tag 'F');
+//     a body url.ParseQuery rejects is its raw bytes under 'f'.
+//     Anything else: the raw bytes (tag 'B').
+//
+// The host, the headers other than Content-Type, and the Idempotency-Key
+// itself are not covered. Fingerprints are kept in the store, so this layout
+// is part of the stored format: it changes only with the version in the
+// prefix.
+//
+// A body's media type decides how it is read even when MediaType is not
+// selected; the tags keep bodies read different ways apart.
+package fingerprint
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"hash"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// Func computes the fingerprint of a request whose body has been read in
+// full into body. It must not read r.Body, and must be safe for concurrent
+// use.
+type Func func(r *http.Request, body []byte) [32]byte
+
+// Field selects what a fingerprint covers. Combine fields with '|'.
+type Field uint8
+
+// The fields a fingerprint can cover; the package documentation describes
+// how each is written.
+const (
+	// Method is the request method.
+	Method Field = 1 << iota
+	// Path is the escaped path, r.URL.EscapedPath().
+	Path
+	// Query is the canonical query: pairs sorted by name, each name's values
+	// in their order.
+	Query
+	// MediaType is the canonical Content-Type: type/subtype and parameters.
+	MediaType
+	// Body is the canonical body: JSON and form bodies canonicalised, any
+	// other body as its raw bytes.
+	Body
+
+	// All is every field; Default covers All.
+	All = Method | Path | Query | MediaType | Body
+)
+
+var fieldNames = [...]string{"Method", "Path", "Query", "MediaType", "Body"}
+
+// String returns the names of the fields in f joined by '|', such as
+// "Method|Path"; "0" for none, and a hex number for bits that name no field.
+func (f Field) String() string {
+	if f == 0 {
+		return "0"
+	}
+	var b strings.Builder
+	for i, name := range fieldNames {
+		if f&(1<<i) != 0 {
+			if b.Len() > 0 {
+				b.WriteByte('|')
+			}
+			b.WriteString(name)
+		}
+	}
+	if rest := f &^ All; rest != 0 {
+		if b.Len() > 0 {
+			b.WriteByte('|')
+		}
+		fmt.Fprintf(&b, "%#x", uint8(rest))
+	}
+	return b.String()
+}
+
+// New returns a Func whose fingerprints cover the selected fields. For
+// example New(Method|Path) ignores the query, the media type and the body.
+// It panics when fields is 0 or has bits that name no field.
+func New(fields Field) Func {
+	if fields == 0 {
+		panic("idemkey: fingerprint: New with no fields")
+	}
+	if fields&^All != 0 {
+		panic(fmt.Sprintf("idemkey: fingerprint: New with unknown fields %#x", uint8(fields&^All)))
+	}
+	return func(r *http.Request, body []byte) [32]byte {
+		var path, query, contentType string
+		if fields&Path != 0 {
+			path = r.URL.EscapedPath()
+		}
+		if fields&Query != 0 {
+			query = r.URL.RawQuery
+		}
+		if fields&(MediaType|Body) != 0 {
+			contentType = r.Header.Get("Content-Type")
+		}
+		return sum(fields, r.Method, path, query, contentType, body)
+	}
+}
+
+// Default covers every field: New(All). It reads the first Content-Type
+// header, as net/http does.
+var Default = New(All)
+
+// Sum returns the fingerprint Default computes, from the parts of a request:
+// its method, its escaped path (r.URL.EscapedPath()), its raw query
+// (r.URL.RawQuery, without '?'), its Content-Type header value ("" when
+// there is none) and its body.
+func Sum(method, escapedPath, rawQuery, contentType string, body []byte) [32]byte {
+	return sum(All, method, escapedPath, rawQuery, contentType, body)
+}
+
+// prefix starts every hashed input; its version changes whenever the layout
+// does.
+const prefix = "idemkey fingerprint v1\n"
+
+// Field tags. A lower-case tag marks raw bytes kept because the canonical
+// reading failed.
+const (
+	tagMethod       = 'M'
+	tagPath         = 'P'
+	tagQuery        = 'Q'
+	tagRawQuery     = 'q'
+	tagMediaType    = 'T'
+	tagRawMediaType = 't'
+	tagJSON         = 'J'
+	tagRawJSON      = 'j'
+	tagForm         = 'F'
+	tagRawForm      = 'f'
+	tagBody         = 'B'
+)
+
+func appendField[S string | []byte](dst []byte, tag byte, data S) []byte {
+	dst = append(dst, tag)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(len(data)))
+	return append(dst, data...)
+}
+
+func sum(fields Field, method, path, rawQuery, contentType string, body []byte) [32]byte {
+	s := getScratch()
+	d := s.sum(fields, method, path, rawQuery, contentType, body)
+	putScratch(s)
+	return d
+}
+
+// scratch holds the buffers of one fingerprint, reused through a pool so
+// that a fingerprint in steady state allocates nothing.
+type scratch struct {
+	h      hash.Hash
+	digest [sha256.Size]byte
+	head   []byte // everything hashed before the body's bytes
+	field  []byte // one canonical field being built
+	pairs  pairs
+	json   canonJSON
+}
+
+var scratchPool = sync.Pool{New: func() any { return &scratch{h: sha256.New()} }}
+
+func getScratch() *scratch { return scratchPool.Get().(*scratch) }
+
+// maxRetained bounds the buffers a pooled scratch keeps, so that one large
+// body does not pin its size in memory for good: 256 KiB each.
+const maxRetained = 256 << 10
+
+func putScratch(s *scratch) {
+	s.json.src = nil
+	for _, b := range []*[]byte{&s.head, &s.field, &s.pairs.buf, &s.json.out, &s.json.emitted, &s.json.fold} {
+		if cap(*b) > maxRetained {
+			*b = nil
+		}
+	}
+	if cap(s.json.objs) > maxRetained/32 {
+		s.json.objs = nil
+	}
+	if cap(s.json.sorted) > maxRetained/32 {
+		s.json.sorted = nil
+	}
+	if cap(s.json.mem) > maxRetained/32 {
+		s.json.mem = nil
+	}
+	if cap(s.pairs.list) > maxRetained/32 {
+		s.pairs.list = nil
+	}
+	scratchPool.Put(s)
+}
+
+func (s *scratch) sum(fields Field, method, path, rawQuery, contentType string, body []byte) [32]byte {
+	b := append(s.head[:0], prefix...)
+	if fields&Method != 0 {
+		b = appendField(b, tagMethod, method)
+	}
+	if fields&Path != 0 {
+		b = appendField(b, tagPath, path)
+	}
+	if fields&Query != 0 {
+		if parseQuery(&s.pairs, rawQuery) {
+			s.field = s.pairs.appendSorted(s.field[:0])
+			b = appendField(b, tagQuery, s.field)
+		} else {
+			b = appendField(b, tagRawQuery, rawQuery)
+		}
+	}
+	kind := rawBody
+	if fields&(MediaType|Body) != 0 {
+		f, k, ok := parseMediaType(s.field[:0], &s.pairs, contentType)
+		s.field = f
+		kind = k
+		if fields&MediaType != 0 {
+			if ok {
+				b = appendField(b, tagMediaType, f)
+			} else {
+				b = appendField(b, tagRawMediaType, contentType)
+			}
+		}
+	}
+
+	s.h.Reset()
+	if fields&Body != 0 {
+		tag, data := byte(tagBody), body
+		switch kind {
+		case jsonBody:
+			tag = tagRawJSON
+			if _, err := s.json.canonicalise(body); err == nil {
+				tag, data = tagJSON, s.json.canonical()
+			}
+		case formBody:
+			tag = tagRawForm
+			if parseQuery(&s.pairs, body) {
+				s.field = s.pairs.appendSorted(s.field[:0])
+				tag, data = tagForm, s.field
+			}
+		}
+		b = append(b, tag)
+		b = binary.BigEndian.AppendUint64(b, uint64(len(data)))
+		s.h.Write(b)
+		s.h.Write(data)
+	} else {
+		s.h.Write(b)
+	}
+	s.head = b
+	s.h.Sum(s.digest[:0])
+	return s.digest
+}

@@ -1,0 +1,248 @@
+package fingerprint
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// req is the part of a request a fingerprint reads.
+type req struct {
+	method, path, query, contentType, body string
+}
+
+func (r req) sum() [32]byte {
+	return Sum(r.method, r.path, r.query, r.contentType, []byte(r.body))
+}
+
+const ctJSON = "application/json"
+
+func post(body string) req {
+	return req{"POST", "/orders", "", ctJSON, body}
+}
+
+func TestSumEqual(t *testing.T) {
+	form := "application/x-www-form-urlencoded"
+	tests := []struct {
+		name string
+		a, b req
+	}{
+		{"key order", post(`{"a":1,"b":2}`), post(`{"b":2,"a":1}`)},
+		{"whitespace", post(`{"a":[1,2]}`), post("{ \"a\" : [ 1 , 2 ] }\n")},
+		{"escape \\u0041", post(`{"k":"A"}`), post(`{"k":"\u0041"}`)},
+		{"escape \\/", post(`{"k":"/"}`), post(`{"k":"\/"}`)},
+		{"nested key order", post(`{"a":{"x":1,"y":[{"p":1,"q":2}]}}`), post(`{"a":{"y":[{"q":2,"p":1}],"x":1}}`)},
+		{"+json media type", req{"POST", "/", "", "application/merge-patch+json", `{"a":1,"b":2}`}, req{"POST", "/", "", "application/merge-patch+json", `{"b":2,"a":1}`}},
+		{"media type case", req{"POST", "/", "", "Application/JSON", `{}`}, req{"POST", "/", "", "application/json", `{}`}},
+		{"media type spaces", req{"POST", "/", "", "application/json;charset=utf-8", `{}`}, req{"POST", "/", "", " application/json ;  charset=utf-8 ", `{}`}},
+		{"charset case and quotes", req{"POST", "/", "", "application/json; charset=UTF-8", `{}`}, req{"POST", "/", "", `application/json; Charset="utf-8"`, `{}`}},
+		{"parameter order", req{"POST", "/", "", "text/plain; a=1; b=2", `x`}, req{"POST", "/", "", "text/plain; b=2; a=1", `x`}},
+		{"query key order", req{"POST", "/", "a=1&b=2", "", ""}, req{"POST", "/", "b=2&a=1", "", ""}},
+		{"query escapes", req{"POST", "/", "a=%41+b&c=%2f", "", ""}, req{"POST", "/", "a=A%20b&c=/", "", ""}},
+		{"query empty pairs", req{"POST", "/", "a=1&&b=", "", ""}, req{"POST", "/", "b&a=1", "", ""}},
+		{"query interleaved keys", req{"POST", "/", "a=1&b=0&a=2", "", ""}, req{"POST", "/", "b=0&a=1&a=2", "", ""}},
+		{"form pair order", req{"POST", "/", "", form, "a=1&b=2"}, req{"POST", "/", "", form, "b=2&a=1"}},
+		{"form escapes", req{"POST", "/", "", form, "name=J%C3%B6rg+M"}, req{"POST", "/", "", form, "name=J%c3%b6rg%20M"}},
+		{"no body, no content type", req{"DELETE", "/a", "", "", ""}, req{"DELETE", "/a", "", "  ", ""}},
+	}
+	for _, tt := range tests {
+		if tt.a.sum() != tt.b.sum() {
+			t.Errorf("%s: %+v and %+v have different fingerprints", tt.name, tt.a, tt.b)
+		}
+	}
+}
+
+func TestSumDistinct(t *testing.T) {
+	form := "application/x-www-form-urlencoded"
+	tests := []struct {
+		name string
+		a, b req
+	}{
+		{"1 vs 1.0", post(`{"a":1}`), post(`{"a":1.0}`)},
+		{"1e2 vs 100", post(`{"a":1e2}`), post(`{"a":100}`)},
+		{"duplicate key order", post(`{"a":1,"a":2}`), post(`{"a":2,"a":1}`)},
+		{"case-folded key order", post(`{"id":1,"ID":2}`), post(`{"ID":2,"id":1}`)},
+		{"array order", post(`[1,2]`), post(`[2,1]`)},
+		{"string case", post(`"a"`), post(`"A"`)},
+		{"nested value", post(`{"a":{"b":[1,{"c":true}]}}`), post(`{"a":{"b":[1,{"c":false}]}}`)},
+		{"method", req{"POST", "/a", "", "", ""}, req{"PUT", "/a", "", "", ""}},
+		{"method case", req{"POST", "/a", "", "", ""}, req{"post", "/a", "", "", ""}},
+		{"path", req{"POST", "/a", "", "", ""}, req{"POST", "/b", "", "", ""}},
+		{"path slash", req{"POST", "/a", "", "", ""}, req{"POST", "/a/", "", "", ""}},
+		{"path escape", req{"POST", "/a/b", "", "", ""}, req{"POST", "/a%2Fb", "", "", ""}},
+		{"query value", req{"POST", "/", "a=1", "", ""}, req{"POST", "/", "a=2", "", ""}},
+		{"query value order", req{"POST", "/", "a=1&a=2", "", ""}, req{"POST", "/", "a=2&a=1", "", ""}},
+		{"query vs none", req{"POST", "/", "a=", "", ""}, req{"POST", "/", "", "", ""}},
+		{"query split", req{"POST", "/", "a=b%26c", "", ""}, req{"POST", "/", "a=b&c", "", ""}},
+		{"query malformed", req{"POST", "/", "a=%zz", "", ""}, req{"POST", "/", "a=%25zz", "", ""}},
+		{"query semicolon", req{"POST", "/", "a=1;b=2", "", ""}, req{"POST", "/", "a=1&b=2", "", ""}},
+		{"media type", req{"POST", "/", "", "application/json", `{}`}, req{"POST", "/", "", "application/vnd.api+json", `{}`}},
+		{"charset", req{"POST", "/", "", "text/plain; charset=utf-8", `x`}, req{"POST", "/", "", "text/plain; charset=latin1", `x`}},
+		{"charset vs none", req{"POST", "/", "", "application/json; charset=utf-8", `{}`}, req{"POST", "/", "", "application/json", `{}`}},
+		{"boundary case", req{"POST", "/", "", "multipart/form-data; boundary=AB", `x`}, req{"POST", "/", "", "multipart/form-data; boundary=ab", `x`}},
+		{"content type missing", req{"POST", "/", "", "", `{}`}, req{"POST", "/", "", "application/json", `{}`}},
+		{"content type malformed", req{"POST", "/", "", "application/json;", `{}`}, req{"POST", "/", "", "application/json; x", `{}`}},
+		{"JSON vs raw, same bytes", req{"POST", "/", "", "text/plain", `{"a":1}`}, req{"POST", "/", "", "application/json", `{"a":1}`}},
+		{"raw body key order", req{"POST", "/", "", "text/plain", `{"a":1,"b":2}`}, req{"POST", "/", "", "text/plain", `{"b":2,"a":1}`}},
+		{"raw body whitespace", req{"POST", "/", "", "application/octet-stream", "x"}, req{"POST", "/", "", "application/octet-stream", "x "}},
+		{"form same-key order", req{"POST", "/", "", form, "a=1&a=2"}, req{"POST", "/", "", form, "a=2&a=1"}},
+		{"form value", req{"POST", "/", "", form, "a=1"}, req{"POST", "/", "", form, "a=1&b="}},
+		{"form malformed", req{"POST", "/", "", form, "a=%"}, req{"POST", "/", "", form, "a=%25"}},
+		{"form vs JSON", req{"POST", "/", "", form, "a=1"}, req{"POST", "/", "", ctJSON, "a=1"}},
+		{"empty JSON body vs {}", post(``), post(`{}`)},
+		{"field boundary", req{"POST", "/ab", "", "", ""}, req{"POST/", "ab", "", "", ""}},
+		{"query and body boundary", req{"POST", "/", "a=1", "text/plain", ""}, req{"POST", "/", "", "text/plain", "a=1"}},
+	}
+	for _, tt := range tests {
+		if tt.a.sum() == tt.b.sum() {
+			t.Errorf("%s: %+v and %+v share a fingerprint", tt.name, tt.a, tt.b)
+		}
+	}
+}
+
+// TestInvalidJSONNeverCollides checks that an invalid JSON body never shares
+// a fingerprint with a valid one, not even the one its bytes spell out once
+// canonicalised, nor a raw body of the same bytes.
+func TestInvalidJSONNeverCollides(t *testing.T) {
+	for _, invalid := range []string{`{"a":1`, `{"a":1,}`, ``, `nul`, strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1)} {
+		got := post(invalid).sum()
+		for _, valid := range []string{`{"a":1}`, `{}`, `null`, `"` + invalid + `"`} {
+			if got == post(valid).sum() {
+				t.Errorf("invalid %q shares a fingerprint with valid %q", invalid, valid)
+			}
+		}
+		// The raw-JSON reading must not collide with a raw body of the same
+		// bytes under another media type...
+		if got == (req{"POST", "/orders", "", "text/plain", invalid}).sum() {
+			t.Errorf("invalid JSON %q shares a fingerprint with a text/plain body", invalid)
+		}
+		// ...and must equal itself.
+		if got != post(invalid).sum() {
+			t.Errorf("invalid JSON %q: fingerprint not deterministic", invalid)
+		}
+	}
+	// A body whose canonical form equals another body's raw bytes.
+	if post(`{"b":1,"a":2}`).sum() == post(`{"a":2,"b":1}x`).sum() {
+		t.Error("valid and invalid JSON share a fingerprint")
+	}
+}
+
+// TestSumLayout recomputes one fingerprint from the documented layout, so a
+// change of the stored format cannot go unnoticed.
+func TestSumLayout(t *testing.T) {
+	field := func(b []byte, tag byte, data string) []byte {
+		b = append(b, tag)
+		b = binary.BigEndian.AppendUint64(b, uint64(len(data)))
+		return append(b, data...)
+	}
+	lp := func(s string) string {
+		return string(binary.BigEndian.AppendUint64(nil, uint64(len(s)))) + s
+	}
+	b := []byte("idemkey fingerprint v1\n")
+	b = field(b, 'M', "POST")
+	b = field(b, 'P', "/a%20b")
+	b = field(b, 'Q', lp("x")+lp("1")+lp("y")+lp("2 3"))
+	b = field(b, 'T', lp("application/json")+lp("charset")+lp("utf-8"))
+	b = field(b, 'J', `{"a":[1,{"b":"é"}],"c":null}`)
+	want := sha256.Sum256(b)
+	got := Sum("POST", "/a%20b", "y=2+3&x=1", `Application/JSON; charset="UTF-8"`, []byte(`{"c":null, "a":[1,{"b":"\u00e9"}]}`))
+	if got != want {
+		t.Fatalf("Sum does not follow the documented layout:\n got %x\nwant %x", got, want)
+	}
+}
+
+func TestDefaultMatchesSum(t *testing.T) {
+	body := []byte(`{"b":2,"a":1}`)
+	r := httptest.NewRequest("PATCH", "http://example.com/a%2Fb/c?z=1&y=2", nil)
+	r.Header.Set("Content-Type", "application/json")
+	want := Sum("PATCH", "/a%2Fb/c", "z=1&y=2", "application/json", body)
+	if got := Default(r, body); got != want {
+		t.Errorf("Default = %x, Sum = %x", got, want)
+	}
+	if got := New(All)(r, body); got != want {
+		t.Errorf("New(All) = %x, Sum = %x", got, want)
+	}
+}
+
+func TestFieldSelection(t *testing.T) {
+	mk := func(method, target, ct, body string) (*http.Request, []byte) {
+		r := httptest.NewRequest(method, target, nil)
+		if ct != "" {
+			r.Header.Set("Content-Type", ct)
+		}
+		return r, []byte(body)
+	}
+	base := func() (*http.Request, []byte) { return mk("POST", "/a?q=1", "application/json", `{"x":1}`) }
+	variants := map[Field]func() (*http.Request, []byte){
+		Method:    func() (*http.Request, []byte) { return mk("PUT", "/a?q=1", "application/json", `{"x":1}`) },
+		Path:      func() (*http.Request, []byte) { return mk("POST", "/b?q=1", "application/json", `{"x":1}`) },
+		Query:     func() (*http.Request, []byte) { return mk("POST", "/a?q=2", "application/json", `{"x":1}`) },
+		MediaType: func() (*http.Request, []byte) { return mk("POST", "/a?q=1", "application/problem+json", `{"x":1}`) },
+		Body:      func() (*http.Request, []byte) { return mk("POST", "/a?q=1", "application/json", `{"x":2}`) },
+	}
+	for _, sel := range []Field{Method, Path, Query, MediaType, Body, Method | Path, Method | Path | Query, All &^ Body, All} {
+		f := New(sel)
+		r0, b0 := base()
+		d0 := f(r0, b0)
+		for changed, v := range variants {
+			r, b := v()
+			differs := f(r, b) != d0
+			if want := sel&changed != 0; differs != want {
+				t.Errorf("New(%v): changing %v: fingerprint differs = %v, want %v", sel, changed, differs, want)
+			}
+		}
+	}
+	// Different selections never share a fingerprint of one request.
+	r, b := base()
+	if New(Method)(r, b) == New(Path)(r, b) || New(Method|Path)(r, b) == New(Method)(r, b) {
+		t.Error("different selections share a fingerprint")
+	}
+}
+
+func TestNewPanics(t *testing.T) {
+	for _, f := range []Field{0, 1 << 5, All | 1<<7} {
+		func() {
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.HasPrefix(msg, "idemkey: fingerprint: ") {
+					t.Errorf("New(%v) panic = %q, want an idemkey: fingerprint: panic", f, msg)
+				}
+			}()
+			New(f)
+		}()
+	}
+}
+
+func TestFieldString(t *testing.T) {
+	for f, want := range map[Field]string{
+		0:                "0",
+		Method:           "Method",
+		Method | Path:    "Method|Path",
+		All:              "Method|Path|Query|MediaType|Body",
+		Body | 1<<6:      "Body|0x40",
+		MediaType | 1<<7: "MediaType|0x80",
+	} {
+		if got := f.String(); got != want {
+			t.Errorf("Field(%#x).String() = %q, want %q", uint8(f), got, want)
+		}
+	}
+}
+
+// TestSumPoolReuse checks that a scratch buffer reused after a large body,
+// or after a failed canonicalisation, gives the same answers as a fresh one.
+func TestSumPoolReuse(t *testing.T) {
+	small := post(`{"b":[1,{"y":1,"x":2}],"a":"\u00e9"}`)
+	want := small.sum()
+	big := post(`{"z":"` + strings.Repeat("x", 2*maxRetained) + `","a":1}`)
+	for range 3 {
+		big.sum()
+		post(`{"a":[1,2,{"b":`).sum()
+		post(strings.Repeat("[", MaxDepth+2)).sum()
+		if got := small.sum(); got != want {
+			t.Fatalf("after reuse: %x, want %x", got, want)
+		}
+	}
+}

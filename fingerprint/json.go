@@ -1,0 +1,595 @@
+package fingerprint
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxDepth is the deepest nesting of arrays and objects CanonicalJSON
+// accepts: a document whose containers nest more than 1000 levels deep is
+// rejected with ErrTooDeep, and its fingerprint covers its raw bytes. The
+// bound keeps the work of canonicalising a hostile body linear in its size.
+const MaxDepth = 1000
+
+// Errors CanonicalJSON wraps. Match them with errors.Is.
+var (
+	// ErrInvalidJSON: the input is not a JSON text (RFC 8259).
+	ErrInvalidJSON = errors.New("idemkey: fingerprint: invalid JSON")
+	// ErrTooDeep: the input nests arrays and objects deeper than MaxDepth.
+	ErrTooDeep = errors.New("idemkey: fingerprint: JSON nested too deep")
+)
+
+// CanonicalJSON appends the canonical form of the JSON text src to dst and
+// returns the extended buffer. The canonical form is itself a JSON text
+// (encoding/json accepts it) and canonicalising it again changes nothing.
+//
+// Two texts have the same canonical form exactly when they differ only in
+// what a JSON reader cannot observe:
+//
+//   - Insignificant whitespace is dropped.
+//   - Strings are decoded and written back one way: a character is written
+//     as itself except '"' and '\' (written \" and \\) and the control
+//     characters below U+0020 (written \b, \f, \n, \r, \t, or \u00XX with
+//     lower-case hex). So "\u0041", "A" and "\/" and "/" are the same.
+//     A surrogate pair escape becomes the character it encodes. A lone
+//     surrogate escape stays an escape (\udXXX, lower-case) and bytes that
+//     are not UTF-8 stay as they are: both remain distinct from every other
+//     string, U+FFFD included.
+//   - Numbers keep their literal text: 1, 1.0, 1e0 and 1E0 are four
+//     different numbers, because a reader can tell them apart.
+//   - Object members are ordered by name. Names are compared after folding
+//     them the way a case-insensitive decoder matches names: decoded,
+//     invalid UTF-8 and lone surrogates read as U+FFFD, '_' and '-' dropped,
+//     letters case-folded (encoding/json matches struct fields this way).
+//     Members whose names fold to the same value (exact duplicates, but
+//     also "id" and "ID") keep their relative order and are never merged,
+//     because a decoder that lets the last of them win would see different
+//     values. So {"a":1,"a":2} and {"a":2,"a":1} stay different.
+//   - Array elements keep their order.
+//
+// On error dst is returned unchanged in length (bytes past its length may
+// have been written) with an error that wraps ErrInvalidJSON or ErrTooDeep
+// and names the byte offset in src where reading stopped.
+func CanonicalJSON(dst, src []byte) ([]byte, error) {
+	s := getScratch()
+	defer putScratch(s)
+	c := &s.json
+	out, err := c.canonicalise(src)
+	if err != nil {
+		off := c.pos
+		return dst, fmt.Errorf("%w at byte offset %d", err, off)
+	}
+	if c.reorder {
+		dst = c.emit(dst, 0, len(out), 0)
+	} else {
+		dst = append(dst, out...)
+	}
+	return dst, nil
+}
+
+// canonJSON is the state of one canonicalisation. Its buffers are reused
+// from call to call through the scratch pool.
+//
+// The first pass validates src and writes its canonical form with object
+// members still in their original order into out. For every object it
+// records the members' spans in out and their folded names; an object whose
+// members are already in order needs nothing more. If any object is out of
+// order, a second pass (emit) copies out into the final buffer, writing the
+// members of those objects in sorted order. Each byte is copied at most
+// twice whatever the nesting, so the work stays linear in the input.
+type canonJSON struct {
+	src   []byte
+	pos   int
+	depth int
+	out   []byte
+	// mem holds the members of the objects being read, innermost last; fold
+	// holds their folded names.
+	mem  []member
+	fold []byte
+	// objs lists every object in the order it was opened; sorted holds the
+	// members of the ones that need reordering, in their canonical order.
+	objs    []object
+	sorted  []member
+	reorder bool
+	// emitted is the buffer the second pass writes into when the caller has
+	// none of its own.
+	emitted []byte
+}
+
+// member is one name/value pair of an object.
+type member struct {
+	start, end         int // `"name":value` in out
+	foldStart, foldEnd int // the folded name in fold
+	obj                int // index in objs of the first object opened within the member
+}
+
+// object is one object of the document.
+type object struct {
+	start, end  int // from '{' to '}' inclusive, in out
+	first, last int // its members in sorted; first < 0 when already in order
+	next        int // index in objs of the first object after this one's contents
+}
+
+func (c *canonJSON) reset(src []byte) {
+	c.src = src
+	c.pos = 0
+	c.depth = 0
+	if cap(c.out) < len(src) {
+		// The canonical form is never longer than the input.
+		c.out = make([]byte, 0, len(src))
+	}
+	c.out = c.out[:0]
+	c.mem = c.mem[:0]
+	c.fold = c.fold[:0]
+	c.objs = c.objs[:0]
+	c.sorted = c.sorted[:0]
+	c.reorder = false
+}
+
+// canonicalise runs the first pass. The returned slice is c.out, canonical
+// except for the order of members in objects that need reordering
+// (c.reorder).
+func (c *canonJSON) canonicalise(src []byte) ([]byte, error) {
+	c.reset(src)
+	c.skipSpace()
+	if err := c.value(); err != nil {
+		return nil, err
+	}
+	c.skipSpace()
+	if c.pos != len(c.src) {
+		return nil, ErrInvalidJSON
+	}
+	c.src = nil
+	return c.out, nil
+}
+
+// canonical returns the complete canonical form after a successful
+// canonicalise, in c.out or c.emitted.
+func (c *canonJSON) canonical() []byte {
+	if !c.reorder {
+		return c.out
+	}
+	if cap(c.emitted) < len(c.out) {
+		c.emitted = make([]byte, 0, len(c.out))
+	}
+	c.emitted = c.emit(c.emitted[:0], 0, len(c.out), 0)
+	return c.emitted
+}
+
+// emit appends out[start:end] to dst, writing the members of every object
+// that needs reordering in their sorted order. i is the index in objs of the
+// first object that starts at or after start.
+func (c *canonJSON) emit(dst []byte, start, end, i int) []byte {
+	pos := start
+	for i < len(c.objs) && c.objs[i].start < end {
+		o := &c.objs[i]
+		if o.first < 0 {
+			// In order already; objects inside it may not be.
+			i++
+			continue
+		}
+		dst = append(dst, c.out[pos:o.start]...)
+		dst = append(dst, '{')
+		for k, m := range c.sorted[o.first:o.last] {
+			if k > 0 {
+				dst = append(dst, ',')
+			}
+			dst = c.emit(dst, m.start, m.end, m.obj)
+		}
+		dst = append(dst, '}')
+		pos = o.end
+		i = o.next
+	}
+	return append(dst, c.out[pos:end]...)
+}
+
+func (c *canonJSON) skipSpace() {
+	for c.pos < len(c.src) {
+		switch c.src[c.pos] {
+		case ' ', '\t', '\n', '\r':
+			c.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (c *canonJSON) value() error {
+	if c.pos >= len(c.src) {
+		return ErrInvalidJSON
+	}
+	switch c.src[c.pos] {
+	case '{':
+		return c.object()
+	case '[':
+		return c.array()
+	case '"':
+		return c.str()
+	case 't':
+		return c.literal("true")
+	case 'f':
+		return c.literal("false")
+	case 'n':
+		return c.literal("null")
+	default:
+		return c.number()
+	}
+}
+
+func (c *canonJSON) literal(lit string) error {
+	if len(c.src)-c.pos < len(lit) || string(c.src[c.pos:c.pos+len(lit)]) != lit {
+		return ErrInvalidJSON
+	}
+	c.out = append(c.out, lit...)
+	c.pos += len(lit)
+	return nil
+}
+
+func isDigit(b byte) bool { return '0' <= b && b <= '9' }
+
+// number copies a number literal as it is, after checking its grammar.
+func (c *canonJSON) number() error {
+	src, i := c.src, c.pos
+	if i < len(src) && src[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(src) && src[i] == '0':
+		i++
+	case i < len(src) && '1' <= src[i] && src[i] <= '9':
+		for i++; i < len(src) && isDigit(src[i]); i++ {
+		}
+	default:
+		c.pos = i
+		return ErrInvalidJSON
+	}
+	if i < len(src) && src[i] == '.' {
+		i++
+		if i >= len(src) || !isDigit(src[i]) {
+			c.pos = i
+			return ErrInvalidJSON
+		}
+		for i++; i < len(src) && isDigit(src[i]); i++ {
+		}
+	}
+	if i < len(src) && (src[i] == 'e' || src[i] == 'E') {
+		i++
+		if i < len(src) && (src[i] == '+' || src[i] == '-') {
+			i++
+		}
+		if i >= len(src) || !isDigit(src[i]) {
+			c.pos = i
+			return ErrInvalidJSON
+		}
+		for i++; i < len(src) && isDigit(src[i]); i++ {
+		}
+	}
+	c.out = append(c.out, src[c.pos:i]...)
+	c.pos = i
+	return nil
+}
+
+func (c *canonJSON) array() error {
+	if c.depth++; c.depth > MaxDepth {
+		return ErrTooDeep
+	}
+	c.out = append(c.out, '[')
+	c.pos++
+	c.skipSpace()
+	if c.pos < len(c.src) && c.src[c.pos] == ']' {
+		c.out = append(c.out, ']')
+		c.pos++
+		c.depth--
+		return nil
+	}
+	for {
+		if err := c.value(); err != nil {
+			return err
+		}
+		c.skipSpace()
+		if c.pos >= len(c.src) {
+			return ErrInvalidJSON
+		}
+		switch c.src[c.pos] {
+		case ',':
+			c.out = append(c.out, ',')
+			c.pos++
+			c.skipSpace()
+		case ']':
+			c.out = append(c.out, ']')
+			c.pos++
+			c.depth--
+			return nil
+		default:
+			return ErrInvalidJSON
+		}
+	}
+}
+
+func (c *canonJSON) object() error {
+	if c.depth++; c.depth > MaxDepth {
+		return ErrTooDeep
+	}
+	idx := len(c.objs)
+	c.objs = append(c.objs, object{start: len(c.out), first: -1})
+	c.out = append(c.out, '{')
+	c.pos++
+	memBase, foldBase := len(c.mem), len(c.fold)
+	c.skipSpace()
+	if c.pos < len(c.src) && c.src[c.pos] == '}' {
+		c.pos++
+	} else {
+		for {
+			if c.pos >= len(c.src) || c.src[c.pos] != '"' {
+				return ErrInvalidJSON
+			}
+			m := member{start: len(c.out), foldStart: len(c.fold), obj: len(c.objs)}
+			if err := c.str(); err != nil {
+				return err
+			}
+			c.fold = appendFoldedName(c.fold, c.out[m.start+1:len(c.out)-1])
+			m.foldEnd = len(c.fold)
+			c.skipSpace()
+			if c.pos >= len(c.src) || c.src[c.pos] != ':' {
+				return ErrInvalidJSON
+			}
+			c.out = append(c.out, ':')
+			c.pos++
+			c.skipSpace()
+			if err := c.value(); err != nil {
+				return err
+			}
+			m.end = len(c.out)
+			c.mem = append(c.mem, m)
+			c.skipSpace()
+			if c.pos >= len(c.src) {
+				return ErrInvalidJSON
+			}
+			if c.src[c.pos] == '}' {
+				c.pos++
+				break
+			}
+			if c.src[c.pos] != ',' {
+				return ErrInvalidJSON
+			}
+			c.out = append(c.out, ',')
+			c.pos++
+			c.skipSpace()
+		}
+	}
+	c.out = append(c.out, '}')
+	c.depth--
+
+	o := &c.objs[idx]
+	o.end = len(c.out)
+	o.next = len(c.objs)
+	if ms := c.mem[memBase:]; !c.inOrder(ms) {
+		fold := c.fold
+		slices.SortStableFunc(ms, func(a, b member) int {
+			return bytes.Compare(fold[a.foldStart:a.foldEnd], fold[b.foldStart:b.foldEnd])
+		})
+		o.first = len(c.sorted)
+		c.sorted = append(c.sorted, ms...)
+		o.last = len(c.sorted)
+		c.reorder = true
+	}
+	c.mem = c.mem[:memBase]
+	c.fold = c.fold[:foldBase]
+	return nil
+}
+
+// inOrder reports whether ms is already sorted by folded name.
+func (c *canonJSON) inOrder(ms []member) bool {
+	for i := 1; i < len(ms); i++ {
+		a, b := ms[i-1], ms[i]
+		if bytes.Compare(c.fold[a.foldStart:a.foldEnd], c.fold[b.foldStart:b.foldEnd]) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// plain[b] reports whether b stands for itself inside a JSON string.
+var plain = func() (t [256]bool) {
+	for b := 0x20; b < 256; b++ {
+		t[b] = b != '"' && b != '\\'
+	}
+	return t
+}()
+
+const hexDigits = "0123456789abcdef"
+
+// str reads a string at c.pos and writes its canonical form.
+func (c *canonJSON) str() error {
+	src := c.src
+	i := c.pos + 1
+	c.out = append(c.out, '"')
+	run := i
+	for {
+		for i < len(src) && plain[src[i]] {
+			i++
+		}
+		c.out = append(c.out, src[run:i]...)
+		if i >= len(src) {
+			c.pos = i
+			return ErrInvalidJSON
+		}
+		switch src[i] {
+		case '"':
+			c.out = append(c.out, '"')
+			c.pos = i + 1
+			return nil
+		case '\\':
+			n, err := c.escape(src[i:])
+			if err != nil {
+				c.pos = i
+				return err
+			}
+			i += n
+			run = i
+		default: // a control character
+			c.pos = i
+			return ErrInvalidJSON
+		}
+	}
+}
+
+// escape writes the canonical form of the escape sequence at the start of
+// s and returns its length.
+func (c *canonJSON) escape(s []byte) (int, error) {
+	if len(s) < 2 {
+		return 0, ErrInvalidJSON
+	}
+	switch s[1] {
+	case '"', '\\', 'b', 'f', 'n', 'r', 't':
+		c.out = append(c.out, s[:2]...)
+		return 2, nil
+	case '/':
+		c.out = append(c.out, '/')
+		return 2, nil
+	case 'u':
+		r, ok := hex4(s)
+		if !ok {
+			return 0, ErrInvalidJSON
+		}
+		if !isSurrogate(r) {
+			c.out = appendCanonicalRune(c.out, r)
+			return 6, nil
+		}
+		if r < 0xdc00 { // a high surrogate: is a low one next?
+			if r2, ok := hex4(s[6:]); ok && 0xdc00 <= r2 && r2 <= 0xdfff {
+				c.out = utf8.AppendRune(c.out, 0x10000+(r-0xd800)<<10+(r2-0xdc00))
+				return 12, nil
+			}
+		}
+		c.out = append(c.out, '\\', 'u',
+			hexDigits[r>>12], hexDigits[r>>8&0xf], hexDigits[r>>4&0xf], hexDigits[r&0xf])
+		return 6, nil
+	}
+	return 0, ErrInvalidJSON
+}
+
+func isSurrogate(r rune) bool { return 0xd800 <= r && r <= 0xdfff }
+
+// hex4 decodes the \uXXXX escape at the start of s.
+func hex4(s []byte) (rune, bool) {
+	if len(s) < 6 || s[0] != '\\' || s[1] != 'u' {
+		return 0, false
+	}
+	var r rune
+	for _, b := range s[2:6] {
+		switch {
+		case '0' <= b && b <= '9':
+			b -= '0'
+		case 'a' <= b && b <= 'f':
+			b -= 'a' - 10
+		case 'A' <= b && b <= 'F':
+			b -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(b)
+	}
+	return r, true
+}
+
+// appendCanonicalRune writes r, which is not a surrogate, the one way the
+// canonical form writes it inside a string.
+func appendCanonicalRune(dst []byte, r rune) []byte {
+	switch r {
+	case '"', '\\':
+		return append(dst, '\\', byte(r))
+	case '\b':
+		return append(dst, '\\', 'b')
+	case '\f':
+		return append(dst, '\\', 'f')
+	case '\n':
+		return append(dst, '\\', 'n')
+	case '\r':
+		return append(dst, '\\', 'r')
+	case '\t':
+		return append(dst, '\\', 't')
+	}
+	if r < 0x20 {
+		return append(dst, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xf])
+	}
+	return utf8.AppendRune(dst, r)
+}
+
+// appendFoldedName appends the folded form of name, the contents of a
+// canonical string without its quotes: decoded, with invalid UTF-8 and lone
+// surrogates read as U+FFFD, '_' and '-' dropped and every letter replaced
+// by the smallest rune of its case-folding orbit (so ASCII letters become
+// upper case). Two names fold to the same bytes exactly when encoding/json's
+// case-insensitive matching (v1 and v2, which also ignores '_' and '-') can
+// take one for the other.
+func appendFoldedName(dst, name []byte) []byte {
+	for i := 0; i < len(name); {
+		b := name[i]
+		if b == '\\' {
+			// The canonical form has only \" \\ \b \f \n \r \t, \u00XX for
+			// control characters, and \udXXX for lone surrogates.
+			var r rune
+			switch name[i+1] {
+			case 'b':
+				r = '\b'
+			case 'f':
+				r = '\f'
+			case 'n':
+				r = '\n'
+			case 'r':
+				r = '\r'
+			case 't':
+				r = '\t'
+			case 'u':
+				r, _ = hex4(name[i:])
+				if isSurrogate(r) {
+					r = utf8.RuneError
+				}
+				i += 4
+			default:
+				r = rune(name[i+1])
+			}
+			i += 2
+			dst = appendFoldedRune(dst, r)
+			continue
+		}
+		if b < utf8.RuneSelf {
+			dst = appendFoldedRune(dst, rune(b))
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(name[i:])
+		dst = appendFoldedRune(dst, r)
+		i += n
+	}
+	return dst
+}
+
+func appendFoldedRune(dst []byte, r rune) []byte {
+	if r < utf8.RuneSelf {
+		switch {
+		case r == '_' || r == '-':
+			return dst
+		case 'a' <= r && r <= 'z':
+			r -= 'a' - 'A'
+		}
+		return append(dst, byte(r))
+	}
+	return utf8.AppendRune(dst, foldRune(r))
+}
+
+// foldRune returns the smallest rune in r's case-folding orbit.
+func foldRune(r rune) rune {
+	for {
+		r2 := unicode.SimpleFold(r)
+		if r2 <= r {
+			return r2
+		}
+		r = r2
+	}
+}
