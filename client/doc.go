@@ -1,0 +1,92 @@
+// Package client is the caller's half of idemkey: an [http.RoundTripper] that
+// gives each logical request one idempotency key, sends that same key on
+// every attempt, and retries only what is safe to retry.
+//
+//	t, err := client.New()
+//	if err != nil { ... }
+//	c := &http.Client{Transport: t, Timeout: 30 * time.Second}
+//
+// It works with any API that honours the Idempotency-Key header: services
+// protected by the idemkey middleware, Stripe, and others following the IETF
+// Idempotency-Key draft. Sending a key (and so retrying) a mutation to a
+// service that ignores the header can apply it twice: use [WithoutAutoKey]
+// for such services.
+//
+// # One key per logical request
+//
+// A logical request is one call of [Transport.RoundTrip] (one http.Client.Do,
+// per redirect hop). Its key is chosen once, in this order:
+//
+//  1. An Idempotency-Key header already on the request: sent as it is.
+//  2. A key put on the request's context with [WithKey].
+//  3. When the context carries an incoming key (the idemkey middleware puts
+//     it there, see [idemkey.FromContext]) and the call was named with
+//     [WithCallName]: the derived key [idemkey.Key.Derive](name).
+//  4. When the context carries an incoming key and no call name, for POST,
+//     PUT, PATCH and DELETE: the key derived with the name
+//     "METHOD host/path", for example "POST api.example.com/v1/charges"
+//     (host lower-cased, path escaped, no query). It is stable across
+//     retries of the incoming request and distinct per endpoint; two calls
+//     to the same endpoint made while serving one request must be told apart
+//     with WithCallName, or they share a key and the second one gets the
+//     first one's answer.
+//  5. Otherwise, for POST, PUT, PATCH and DELETE: a fresh key from the key
+//     generator (a random UUID by default).
+//
+// Steps 4 and 5 are the automatic keys; [WithoutAutoKey] turns them off, and
+// then a mutation the caller did not key is sent once and never retried.
+// Keys the caller asked for (steps 1 to 3) are sent on any method. GET, HEAD,
+// OPTIONS and TRACE never get an automatic key.
+//
+// A retried incoming request carries the same incoming key, so every key
+// derived from it is the same too: the downstream service replays its first
+// answer instead of acting twice.
+//
+// # What is retried
+//
+// A request is retried only while all of these hold: fewer than the maximum
+// attempts have been made (default 4, the first included); the request's
+// context is not done; the request body can be sent again; the retry policy
+// (default [DefaultRetryPolicy]) says yes; and the wait before the next
+// attempt ends before the context's deadline.
+//
+//	request                    retried on                               never retried on
+//	keyed mutation             transport errors (connection refused or  400, 401, 403, 404, 422, other 4xx;
+//	(POST, PUT, PATCH, DELETE  reset, EOF before a response, timeouts   500, 501 and other 5xx;
+//	or any other unsafe        that are not the caller's context);      TLS certificate errors;
+//	method with a key)         409, 429, 502, 503, 504                  any response with
+//	                                                                    Idempotent-Replayed: true
+//	unkeyed mutation           nothing: sent once                       everything
+//	GET, HEAD, OPTIONS, TRACE  transport errors; 429, 502, 503, 504     409, other 4xx, 500, other 5xx;
+//	                                                                    TLS certificate errors
+//
+// 500 is not retried: it usually reports a fault in the handler that would
+// happen again, and the idemkey middleware does not keep 5xx answers (it
+// releases the key), so a retry would run the handler a second time, with
+// whatever it did before failing done twice. A caller whose servers keep 500
+// answers, or who wants the retry anyway, can say so with [WithRetryPolicy].
+// A replayed answer is the kept result of the first run: asking again only
+// replays it again.
+//
+// # How long it waits
+//
+// Before attempt n+1 the transport waits a random time between zero and
+// min(cap, base × 2^(n-1)) ("full jitter": base 100ms and cap 5s by default).
+// When the response carries Retry-After (seconds or an HTTP date) the wait
+// is at least that long; a Retry-After longer than the limit set with
+// [WithRetryAfterLimit] (default one minute) is not waited for and the
+// response goes back to the caller. The transport never sleeps past the
+// request context's deadline: when the next wait would end at or after it,
+// the last response (or error) goes back to the caller at once. When the
+// context is cancelled during a wait, RoundTrip returns an error that
+// matches the context's error with [errors.Is].
+//
+// Discarded responses are drained (up to 64 KiB) and closed so their
+// connections can be reused. A request body is sent again with
+// Request.GetBody; a body without GetBody is read into memory up to the
+// buffer limit (default 1 MiB) first, and one longer than that is streamed
+// once and never retried.
+//
+// [WithTrace] reports how many attempts were made, the key sent and whether
+// the final answer was a replay; [Replayed] reads the last from a response.
+package client

@@ -1,0 +1,222 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// The defaults New applies. Each option's doc comment says which it replaces.
+const (
+	// DefaultHeader is the request header that carries the key.
+	DefaultHeader = "Idempotency-Key"
+	// DefaultMaxAttempts is the most attempts one logical request makes,
+	// the first included.
+	DefaultMaxAttempts = 4
+	// DefaultBackoffBase is the ceiling of the first wait between attempts.
+	DefaultBackoffBase = 100 * time.Millisecond
+	// DefaultBackoffCap is the largest ceiling any wait between attempts
+	// grows to.
+	DefaultBackoffCap = 5 * time.Second
+	// DefaultRetryAfterLimit is the longest Retry-After the transport waits
+	// for.
+	DefaultRetryAfterLimit = time.Minute
+	// DefaultBodyBufferLimit is how many bytes of a request body without
+	// GetBody are held in memory so it can be sent again: 1 MiB.
+	DefaultBodyBufferLimit = 1 << 20
+)
+
+// An Option configures a Transport made by New.
+type Option func(*config) error
+
+type config struct {
+	base            http.RoundTripper
+	header          string
+	maxAttempts     int
+	backoffBase     time.Duration
+	backoffCap      time.Duration
+	retryAfterLimit time.Duration
+	newKey          func() string
+	policy          RetryPolicy
+	bodyLimit       int64
+	autoKey         bool
+}
+
+func defaultConfig() config {
+	return config{
+		base:            http.DefaultTransport,
+		header:          DefaultHeader,
+		maxAttempts:     DefaultMaxAttempts,
+		backoffBase:     DefaultBackoffBase,
+		backoffCap:      DefaultBackoffCap,
+		retryAfterLimit: DefaultRetryAfterLimit,
+		newKey:          uuid.NewString,
+		policy:          DefaultRetryPolicy,
+		bodyLimit:       DefaultBodyBufferLimit,
+		autoKey:         true,
+	}
+}
+
+func errorf(format string, args ...any) error {
+	return fmt.Errorf("idemkey: client: "+format, args...)
+}
+
+// WithBase sets the RoundTripper that makes each attempt. The default is
+// http.DefaultTransport. A nil rt is an error.
+//
+// Timeouts of a single attempt belong to the base, for example
+// http.Transport.ResponseHeaderTimeout: an attempt that times out there is a
+// transport error and is retried like one, while the request's own context
+// bounds the whole logical request.
+func WithBase(rt http.RoundTripper) Option {
+	return func(c *config) error {
+		if rt == nil {
+			return errorf("WithBase: nil RoundTripper")
+		}
+		c.base = rt
+		return nil
+	}
+}
+
+// WithHeader sets the name of the header that carries the key. The default
+// is DefaultHeader, "Idempotency-Key". The name must be a valid header field
+// name; it is canonicalised with http.CanonicalHeaderKey.
+func WithHeader(name string) Option {
+	return func(c *config) error {
+		if !validToken(name) {
+			return errorf("WithHeader: %q is not a valid header name", name)
+		}
+		c.header = http.CanonicalHeaderKey(name)
+		return nil
+	}
+}
+
+// WithMaxAttempts sets the most attempts one logical request makes, the first
+// included. The default is DefaultMaxAttempts, 4. 1 turns retries off; less
+// than 1 is an error.
+func WithMaxAttempts(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return errorf("WithMaxAttempts: %d is less than 1", n)
+		}
+		c.maxAttempts = n
+		return nil
+	}
+}
+
+// WithBackoff sets the exponential backoff between attempts: the wait before
+// attempt n+1 is a random duration between zero and min(cap, base × 2^(n-1)).
+// The defaults are DefaultBackoffBase, 100ms, and DefaultBackoffCap, 5s. base
+// must be positive and cap at least base.
+func WithBackoff(base, cap time.Duration) Option {
+	return func(c *config) error {
+		if base <= 0 {
+			return errorf("WithBackoff: base %v is not positive", base)
+		}
+		if cap < base {
+			return errorf("WithBackoff: cap %v is less than base %v", cap, base)
+		}
+		c.backoffBase, c.backoffCap = base, cap
+		return nil
+	}
+}
+
+// WithRetryAfterLimit sets the longest Retry-After the transport waits for.
+// A retryable response that asks for a longer wait goes back to the caller
+// as it is. The default is DefaultRetryAfterLimit, one minute. Zero means
+// any response with a positive Retry-After is returned without a retry;
+// negative is an error. The request's context deadline bounds every wait
+// regardless.
+func WithRetryAfterLimit(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return errorf("WithRetryAfterLimit: %v is negative", d)
+		}
+		c.retryAfterLimit = d
+		return nil
+	}
+}
+
+// WithKeyGenerator sets the function that makes a fresh key for a mutation
+// the caller did not key. The default is uuid.NewString (a random version 4
+// UUID). It must be safe for concurrent use and return 1 to 255 printable
+// ASCII characters; a key outside that fails the request with ErrInvalidKey
+// before anything is sent. A nil fn is an error.
+func WithKeyGenerator(fn func() string) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return errorf("WithKeyGenerator: nil function")
+		}
+		c.newKey = fn
+		return nil
+	}
+}
+
+// WithoutAutoKey turns the automatic keys off: a POST, PUT, PATCH or DELETE
+// gets a key only when the caller asked for one, with a header, WithKey, or
+// WithCallName while serving a keyed request. A mutation without a key is
+// sent once and never retried. Use it for services that do not honour the
+// key header. By default automatic keys are on.
+func WithoutAutoKey() Option {
+	return func(c *config) error {
+		c.autoKey = false
+		return nil
+	}
+}
+
+// WithRetryPolicy replaces the decision whether a finished attempt is
+// retried. The default is DefaultRetryPolicy. The policy is consulted only
+// when a retry is possible at all: never for a mutation without a key, never
+// once the request's context is done, the attempts are used up or the body
+// cannot be sent again. It may read the response's status and headers but
+// must not read or close its body. A nil p is an error.
+func WithRetryPolicy(p RetryPolicy) Option {
+	return func(c *config) error {
+		if p == nil {
+			return errorf("WithRetryPolicy: nil policy")
+		}
+		c.policy = p
+		return nil
+	}
+}
+
+// WithBodyBufferLimit sets how many bytes of a request body without GetBody
+// the transport holds in memory so that it can send the body again. A longer
+// body is streamed once and the request is not retried. Bodies with GetBody
+// (those made by http.NewRequest from a bytes.Buffer, bytes.Reader or
+// strings.Reader) are never buffered. The default is
+// DefaultBodyBufferLimit, 1 MiB. Zero means never buffer; negative is an
+// error.
+func WithBodyBufferLimit(n int64) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return errorf("WithBodyBufferLimit: %d is negative", n)
+		}
+		c.bodyLimit = n
+		return nil
+	}
+}
+
+// validToken reports whether s is an RFC 9110 token, the form of a header
+// field name.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+var errNotMadeByNew = errors.New("idemkey: client: Transport used without New")

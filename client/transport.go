@@ -1,0 +1,211 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"time"
+)
+
+// Transport is an http.RoundTripper that sends one idempotency key on every
+// attempt of a logical request and retries what is safe to retry (see the
+// package documentation). Make one with New; the zero value has no base
+// RoundTripper and fails every request. A Transport is safe for concurrent
+// use.
+type Transport struct {
+	config
+
+	// Seams for tests: the clock, the wait between attempts and the jitter
+	// source (uniform in [0, n)).
+	now    func() time.Time
+	sleep  func(ctx context.Context, d time.Duration) error
+	jitter func(n int64) int64
+}
+
+// New returns a Transport configured by opts, with the defaults of the
+// Default constants for every option not given. It returns an error, and no
+// Transport, when an option's value is invalid.
+func New(opts ...Option) (*Transport, error) {
+	c := defaultConfig()
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	return &Transport{config: c, now: time.Now, sleep: sleep, jitter: rand.Int64N}, nil
+}
+
+// sleep waits d or until ctx is done, whichever comes first.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// drainLimit is how much of a discarded response body is read so that its
+// connection can be reused.
+const drainLimit = 64 << 10
+
+// RoundTrip sends req, with its key, until an attempt's outcome is final (see
+// the package documentation), and returns the last response or transport
+// error. It does not modify req and always closes its body.
+func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error) {
+	ctx := req.Context()
+	tr, _ := ctx.Value(traceContextKey{}).(*Trace)
+	if tr != nil {
+		*tr = Trace{}
+		defer func() { tr.Replayed = Replayed(resp) }()
+	}
+	if t.base == nil {
+		closeBody(req)
+		return nil, errNotMadeByNew
+	}
+	method := methodOf(req)
+	key, set, err := t.chooseKey(req, method)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	if tr != nil {
+		tr.Key = key
+	}
+	// Reads are retried freely; anything else only with a key.
+	retryable := t.maxAttempts > 1 && (readMethod(method) || key != "")
+	body, err := t.newBodySource(req, retryable)
+	if err != nil {
+		return nil, err
+	}
+
+	for n := 1; ; n++ {
+		out := req.Clone(ctx)
+		if set {
+			out.Header.Set(t.header, key)
+		}
+		if n == 1 {
+			out.Body = body.first
+		} else {
+			out.Body = body.next
+		}
+		if out.Body != nil && out.Body != http.NoBody {
+			out.GetBody = body.get
+		}
+		if body.length >= 0 {
+			out.ContentLength = body.length
+		}
+		resp, err = t.base.RoundTrip(out)
+		if err != nil && resp != nil {
+			discard(resp)
+			resp = nil
+		}
+		if tr != nil {
+			tr.Attempts = n
+		}
+
+		if !retryable || n >= t.maxAttempts || body.get == nil || ctx.Err() != nil {
+			return resp, err
+		}
+		if !t.policy(Attempt{Number: n, Key: key, Request: out, Response: resp, Err: err}) {
+			return resp, err
+		}
+		wait, ok := t.wait(n, resp)
+		if !ok {
+			return resp, err
+		}
+		if deadline, has := ctx.Deadline(); has && !t.now().Add(wait).Before(deadline) {
+			return resp, err
+		}
+		next, gerr := body.get()
+		if gerr != nil {
+			return resp, err
+		}
+		if resp != nil {
+			discard(resp)
+		}
+		if tr != nil {
+			tr.Waited += wait
+		}
+		if serr := t.sleep(ctx, wait); serr != nil {
+			if next != nil {
+				next.Close()
+			}
+			return nil, errorf("waiting to retry after %d attempts: %w", n, serr)
+		}
+		body.next = next
+	}
+}
+
+// CloseIdleConnections closes the idle connections of the base RoundTripper
+// when it has such a method (http.Transport does). http.Client calls it.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// discard drains and closes a response the caller will never see.
+func discard(resp *http.Response) {
+	io.CopyN(io.Discard, resp.Body, drainLimit)
+	resp.Body.Close()
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// bodySource hands out the request body for each attempt.
+type bodySource struct {
+	first io.ReadCloser // the body of the first attempt
+	next  io.ReadCloser // the body of the next attempt after the first
+	// get returns a fresh copy of the body; nil when the body cannot be
+	// sent again.
+	get func() (io.ReadCloser, error)
+	// length is the body's length when the transport read it all, else -1:
+	// keep the request's ContentLength.
+	length int64
+}
+
+// newBodySource prepares req's body for one or more attempts. When retries
+// are possible and the body has no GetBody, it reads up to the buffer limit
+// of it into memory. On error it has closed req.Body.
+func (t *Transport) newBodySource(req *http.Request, retryable bool) (bodySource, error) {
+	switch {
+	case req.Body == nil || req.Body == http.NoBody:
+		b := req.Body
+		return bodySource{first: b, get: func() (io.ReadCloser, error) { return b, nil }, length: -1}, nil
+	case req.GetBody != nil:
+		return bodySource{first: req.Body, get: req.GetBody, length: -1}, nil
+	case !retryable || t.bodyLimit == 0 || req.ContentLength > t.bodyLimit:
+		return bodySource{first: req.Body, length: -1}, nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(req.Body, t.bodyLimit+1))
+	if err != nil {
+		req.Body.Close()
+		return bodySource{}, errorf("reading the request body: %w", err)
+	}
+	if int64(len(buf)) > t.bodyLimit {
+		// Too long to hold: stream what was read and the rest, once.
+		return bodySource{first: struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(buf), req.Body), req.Body}, length: -1}, nil
+	}
+	req.Body.Close()
+	if len(buf) == 0 {
+		return bodySource{first: http.NoBody, get: func() (io.ReadCloser, error) { return http.NoBody, nil }, length: 0}, nil
+	}
+	get := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+	first, _ := get()
+	return bodySource{first: first, get: get, length: int64(len(buf))}, nil
+}
