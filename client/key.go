@@ -11,7 +11,8 @@ import (
 
 // ErrInvalidKey is returned, wrapped, by RoundTrip when the key from WithKey
 // or from the key generator is not 1 to 255 printable ASCII characters
-// (0x20 to 0x7E, with no space at either end). Nothing is sent.
+// (0x20 to 0x7E) other than comma and double quote, with no space at either
+// end: the bare form an idemkey server (and Stripe) accepts. Nothing is sent.
 var ErrInvalidKey = errors.New("idemkey: client: invalid idempotency key")
 
 type keyContextKey struct{}
@@ -99,14 +100,16 @@ func endpointName(method string, req *http.Request) string {
 	return method + " " + strings.ToLower(host) + req.URL.EscapedPath()
 }
 
-// validKey reports whether k is 1 to 255 printable ASCII characters with no
-// space at either end.
+// validKey reports whether k is 1 to 255 printable ASCII characters other
+// than comma and double quote, with no space at either end. A comma would
+// read as two header values folded into one, a leading double quote as the
+// quoted form.
 func validKey(k string) bool {
 	if k == "" || len(k) > 255 || k[0] == ' ' || k[len(k)-1] == ' ' {
 		return false
 	}
 	for i := 0; i < len(k); i++ {
-		if k[i] < 0x20 || k[i] > 0x7e {
+		if c := k[i]; c < 0x20 || c > 0x7e || c == ',' || c == '"' {
 			return false
 		}
 	}

@@ -173,6 +173,8 @@ func TestInvalidKeysFailBeforeSending(t *testing.T) {
 		"WithKey too long":          {WithKey(context.Background(), strings.Repeat("k", 256)), nil},
 		"WithKey non-ASCII":         {WithKey(context.Background(), "clé"), nil},
 		"WithKey with edge space":   {WithKey(context.Background(), " k"), nil},
+		"WithKey with a comma":      {WithKey(context.Background(), "a,b"), nil},
+		"WithKey with a quote":      {WithKey(context.Background(), `"k"`), nil},
 		"generator returns empty":   {context.Background(), []Option{WithKeyGenerator(func() string { return "" })}},
 		"generator returns control": {context.Background(), []Option{WithKeyGenerator(func() string { return "k\x00" })}},
 	} {

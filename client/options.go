@@ -143,9 +143,9 @@ func WithRetryAfterLimit(d time.Duration) Option {
 
 // WithKeyGenerator sets the function that makes a fresh key for a mutation
 // the caller did not key. The default is uuid.NewString (a random version 4
-// UUID). It must be safe for concurrent use and return 1 to 255 printable
-// ASCII characters; a key outside that fails the request with ErrInvalidKey
-// before anything is sent. A nil fn is an error.
+// UUID). It must be safe for concurrent use and return keys of the form
+// ErrInvalidKey describes; any other key fails the request with
+// ErrInvalidKey before anything is sent. A nil fn is an error.
 func WithKeyGenerator(fn func() string) Option {
 	return func(c *config) error {
 		if fn == nil {
