@@ -1,0 +1,184 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// ErrEvictionPolicy reports a server whose maxmemory-policy is not
+// noeviction. Under any other policy Redis may evict a claim while its
+// handler runs, and a retry would then run the handler a second time.
+var ErrEvictionPolicy = errors.New("idemkey: redis: maxmemory-policy is not noeviction")
+
+// Report is what Check found on the server, or on every node of a cluster.
+type Report struct {
+	// Nodes holds one entry per server checked: the one server of a
+	// standalone or Sentinel client, every master and replica of a
+	// cluster.
+	Nodes []NodeReport
+	// EvictionSafe is true when every node's maxmemory-policy is noeviction.
+	EvictionSafe bool
+	// Persistent is true when every node writes an append-only file or RDB
+	// snapshots. When false, a restart of a node without persistence
+	// forgets its claims and records: requests in flight lose their claim
+	// and kept responses are gone, so retries run the handler again.
+	Persistent bool
+	// Warnings says in words what is unsafe, one line per problem; empty
+	// when nothing is.
+	Warnings []string
+}
+
+// NodeReport is what Check found on one server.
+type NodeReport struct {
+	// Addr is the node's address as the client knows it; "" when the
+	// client type does not say.
+	Addr string
+	// MaxmemoryPolicy is the node's maxmemory-policy, for example
+	// "noeviction".
+	MaxmemoryPolicy string
+	// AOF is true when the append-only file is on.
+	AOF bool
+	// RDBSave is the node's "save" setting, for example "3600 1 300 100";
+	// "" when snapshots are off, and "unknown" when the server refuses
+	// CONFIG GET (as managed services often do).
+	RDBSave string
+}
+
+// Persistent reports whether the node writes an AOF or RDB snapshots. A
+// node whose RDB setting is unknown and whose AOF is off counts as not
+// persistent.
+func (n NodeReport) Persistent() bool {
+	return n.AOF || (n.RDBSave != "" && n.RDBSave != "unknown")
+}
+
+// Check reads each server's maxmemory-policy and persistence settings with
+// INFO and CONFIG GET save. Call it once at start. It returns an error
+// wrapping ErrEvictionPolicy when a node's policy is not noeviction (unless
+// WithEvictionWarning made that a warning), and an error wrapping
+// store.ErrUnavailable when a node cannot be asked. Persistence is reported,
+// never refused: running without it is a choice (see the package
+// documentation). Each node's questions have the call budget of
+// WithCallTimeout.
+func (s *Store) Check(ctx context.Context) (Report, error) {
+	var (
+		mu    sync.Mutex
+		rep   Report
+		first error
+	)
+	one := func(ctx context.Context, c goredis.UniversalClient, addr string) error {
+		n, err := s.checkNode(ctx, c, addr)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			return nil
+		}
+		rep.Nodes = append(rep.Nodes, n)
+		return nil
+	}
+	switch c := s.client.(type) {
+	case *goredis.ClusterClient:
+		if err := c.ForEachShard(ctx, func(ctx context.Context, node *goredis.Client) error {
+			return one(ctx, node, node.Options().Addr)
+		}); err != nil {
+			return Report{}, unavailable("check", err)
+		}
+	case *goredis.Client:
+		one(ctx, c, c.Options().Addr)
+	default:
+		one(ctx, c, "")
+	}
+	if first != nil {
+		return Report{}, first
+	}
+	if len(rep.Nodes) == 0 {
+		return Report{}, unavailable("check", errors.New("no nodes to check"))
+	}
+	rep.EvictionSafe, rep.Persistent = true, true
+	var evicting []string
+	for _, n := range rep.Nodes {
+		if n.MaxmemoryPolicy != "noeviction" {
+			rep.EvictionSafe = false
+			evicting = append(evicting, fmt.Sprintf("%s %s", nodeName(n.Addr), n.MaxmemoryPolicy))
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s: maxmemory-policy is %s, not noeviction: claims may be evicted and handlers run twice", nodeName(n.Addr), n.MaxmemoryPolicy))
+		}
+		if !n.Persistent() {
+			rep.Persistent = false
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s: persistence is off (no AOF, no RDB snapshots): a restart forgets every claim and record", nodeName(n.Addr)))
+		}
+	}
+	if !rep.EvictionSafe {
+		if !s.evictWarn {
+			return rep, fmt.Errorf("%w (%s)", ErrEvictionPolicy, strings.Join(evicting, ", "))
+		}
+		slog.Default().Warn("idemkey: redis: maxmemory-policy is not noeviction: claims may be evicted and handlers run twice", "nodes", strings.Join(evicting, ", "))
+	}
+	return rep, nil
+}
+
+func nodeName(addr string) string {
+	if addr == "" {
+		return "server"
+	}
+	return addr
+}
+
+// checkNode asks one server for its settings.
+func (s *Store) checkNode(ctx context.Context, c goredis.UniversalClient, addr string) (NodeReport, error) {
+	n := NodeReport{Addr: addr}
+	info, err := s.bounded(ctx, func(ctx context.Context) (any, error) {
+		return c.Info(ctx, "memory", "persistence").Result()
+	})
+	if err != nil {
+		return n, unavailable("check "+nodeName(addr), err)
+	}
+	fields := parseInfo(info.(string))
+	n.MaxmemoryPolicy = fields["maxmemory_policy"]
+	if n.MaxmemoryPolicy == "" {
+		return n, unavailable("check "+nodeName(addr), errors.New("INFO has no maxmemory_policy"))
+	}
+	n.AOF = fields["aof_enabled"] == "1"
+	save, err := s.bounded(ctx, func(ctx context.Context) (any, error) {
+		return c.ConfigGet(ctx, "save").Result()
+	})
+	switch {
+	case err != nil:
+		n.RDBSave = "unknown"
+	default:
+		n.RDBSave = strings.TrimSpace(save.(map[string]string)["save"])
+	}
+	return n, nil
+}
+
+// bounded runs f within the call budget, returning on time whether or not
+// go-redis honours the context's deadline.
+func (s *Store) bounded(ctx context.Context, f func(context.Context) (any, error)) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if s.ctxTimeouts {
+		return f(ctx)
+	}
+	return bounded(ctx, f)
+}
+
+func parseInfo(s string) map[string]string {
+	m := make(map[string]string)
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[k] = v
+		}
+	}
+	return m
+}

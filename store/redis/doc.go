@@ -1,0 +1,109 @@
+// Package redis is the idempotency store for a fleet of service instances
+// that share one Redis: standalone Redis 7, Sentinel or Cluster, through a
+// go-redis v9 UniversalClient.
+//
+// Each idempotency key is one Redis string under the name store.KeyName
+// gives it, "idem:v1:{<64 hex>}". The braces are a Cluster hash tag, so
+// everything about a key lives in one slot. Every change is one Lua script
+// on that one key, checked against the caller's owner token, run with
+// EVALSHA and falling back to EVAL when the server has not cached it:
+//
+//   - claim: claims a free key with the token and a life (PX), or answers
+//     with what holds it: the caller's own claim (Mine, after go-redis
+//     resent a claim whose reply was lost), another request's claim and its
+//     remaining life (InFlight), or the kept record (Completed);
+//   - complete: replaces the caller's claim with the record, kept for the
+//     retention window;
+//   - release: deletes the caller's claim;
+//   - extend: sets the remaining life of the caller's claim.
+//
+// A first run costs two round trips (claim, complete); a replay, an in-flight
+// answer and a reused key cost one.
+//
+// # Constructing a Store
+//
+// The client belongs to the caller: New does not copy or close it. Always set
+// ContextTimeoutEnabled, so that go-redis stops reading a socket at the
+// deadline of each call's time budget (WithCallTimeout, default 300 ms), and
+// size the pool to the number of requests served at once:
+//
+//	// Standalone.
+//	rdb := goredis.NewClient(&goredis.Options{
+//		Addr:                  "127.0.0.1:6379",
+//		ContextTimeoutEnabled: true,
+//		PoolSize:              128,
+//	})
+//	st, err := redis.New(rdb)
+//
+//	// Sentinel: the client follows the master through a failover.
+//	rdb := goredis.NewFailoverClient(&goredis.FailoverOptions{
+//		MasterName:            "mymaster",
+//		SentinelAddrs:         []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
+//		ContextTimeoutEnabled: true,
+//		PoolSize:              128,
+//	})
+//	st, err := redis.New(rdb, redis.WithWaitReplicas(1, 50*time.Millisecond))
+//
+//	// Cluster: each key's script runs on the master of its slot.
+//	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{
+//		Addrs:                 []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"},
+//		ContextTimeoutEnabled: true,
+//		PoolSize:              128,
+//	})
+//	st, err := redis.New(rdb)
+//
+//	// At start, refuse a server that may evict claims.
+//	rep, err := st.Check(ctx)
+//
+// Without ContextTimeoutEnabled, go-redis ignores context deadlines on its
+// sockets and waits for its own ReadTimeout (and retries after it). The store
+// still answers within its budget: it then runs each command on a goroutine
+// of its own and returns at the deadline. But the abandoned command holds
+// its connection until go-redis gives up, and may still reach the server: a
+// claim reported as failed can land late and hold its key, answering 409,
+// until its life ends.
+//
+// # Errors
+//
+// Every backend failure of Claim, Complete, Release and Extend (a timeout, a
+// refused connection, OOM, READONLY, LOADING, MASTERDOWN, CLUSTERDOWN) is
+// returned wrapping both store.ErrUnavailable and the cause, so the
+// middleware answers 503 and does not run the handler. A claim held by
+// another token is store.ErrNotOwner. A stored value this version cannot
+// read (written by a later format version, or damaged) is ErrUnreadable,
+// which does not wrap store.ErrUnavailable: the server answered, and a retry
+// finds the same value until it expires.
+//
+// # Server settings
+//
+// Run the server with maxmemory-policy noeviction. Under any other policy
+// Redis evicts keys when memory runs short, claims included: a request whose
+// claim was evicted keeps running while a retry claims the key again and runs
+// the handler a second time. Under noeviction a full server refuses new
+// claims with OOM (503) and still serves replays of kept records. Check
+// refuses any other policy, or warns with WithEvictionWarning.
+//
+// Persistence decides what a restart forgets. Without it (no AOF, no RDB
+// snapshots) a restarted server has no claims and no records: retries of
+// requests that already ran run again. With appendonly yes and appendfsync
+// everysec a crash loses about the last second. Check reports whether each
+// node persists; it does not refuse a server that does not.
+//
+// Replication is asynchronous: a master that fails right after a claim may
+// not have passed it on, and the promoted replica lets a retry claim the key
+// while the first request still runs. WithWaitReplicas closes that window for
+// claims, at the cost of one more round trip per first run and of refusing
+// claims (503) while too few replicas are up. Records are not waited for: a
+// record lost in a failover leaves the key free, or in flight until the
+// claim's life ends, and a retry runs the handler again.
+//
+// # When complete fails
+//
+// If the store fails while the record is being kept (the server went away
+// after the handler ran), the client still gets its response, and Complete
+// returns an error wrapping store.ErrUnavailable. The record may or may not
+// have been written. When it was not, the claim stays until its life (the
+// route's deadline plus a margin) ends: a retry within that window gets 409
+// with Retry-After; a retry after it runs the handler again. A shorter route
+// deadline shortens that window.
+package redis

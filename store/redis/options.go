@@ -1,0 +1,81 @@
+package redis
+
+import (
+	"fmt"
+	"time"
+)
+
+// DefaultCallTimeout is the time budget of one store call when
+// WithCallTimeout is not given.
+const DefaultCallTimeout = 300 * time.Millisecond
+
+// Option configures a Store. Options are applied in order by New.
+type Option func(*config) error
+
+type config struct {
+	callTimeout  time.Duration
+	waitReplicas int
+	waitTimeout  time.Duration
+	evictionWarn bool
+}
+
+// WithCallTimeout sets the time budget of every store call (Claim, Complete,
+// Release, Extend, and each step of Check): the call returns an error
+// wrapping store.ErrUnavailable once d has passed, however many times
+// go-redis retries and even when the server hangs. The caller's context
+// still applies when its deadline is sooner. Default DefaultCallTimeout
+// (300 ms); d must be positive.
+//
+// Set ContextTimeoutEnabled in the go-redis options: then go-redis itself
+// stops at the deadline and closes the connection. Without it the store
+// still returns on time, but the abandoned command keeps its connection
+// until go-redis's own ReadTimeout, and may reach the server after the
+// store reported it failed.
+func WithCallTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("idemkey: redis: call timeout %v, want > 0", d)
+		}
+		c.callTimeout = d
+		return nil
+	}
+}
+
+// WithWaitReplicas turns on the durability mode: after a claim succeeds the
+// store sends WAIT n timeout on the same connection, and when fewer than n
+// replicas acknowledge the claim within timeout it releases the claim and
+// Claim returns an error wrapping store.ErrUnavailable and ErrNotReplicated
+// (the middleware answers 503 and the handler does not run). This keeps a
+// failover from forgetting a claim whose handler is running, at the cost of
+// a second round trip on each first run and of refusing every claim while
+// fewer than n replicas are up. Off by default (n = 0: no WAIT).
+//
+// n must be at least 1 and timeout at least 1 ms (WAIT's 0, "forever", is
+// not allowed). The claim's call budget is extended by timeout for the
+// WAIT. The mode needs a *redis.Client (standalone or from
+// NewFailoverClient) or a *redis.ClusterClient, which New checks.
+func WithWaitReplicas(n int, timeout time.Duration) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("idemkey: redis: wait for %d replicas, want >= 1", n)
+		}
+		if timeout < time.Millisecond {
+			return fmt.Errorf("idemkey: redis: replica wait timeout %v, want >= 1ms", timeout)
+		}
+		c.waitReplicas, c.waitTimeout = n, timeout
+		return nil
+	}
+}
+
+// WithEvictionWarning makes Check report a maxmemory-policy other than
+// noeviction as a warning instead of an error: Check logs it at Warn level
+// with log/slog's default logger, lists it in Report.Warnings and returns
+// nil. Under such a policy Redis may evict claims, and an evicted claim
+// lets a second request run the handler while the first still runs. By
+// default Check returns an error wrapping ErrEvictionPolicy.
+func WithEvictionWarning() Option {
+	return func(c *config) error {
+		c.evictionWarn = true
+		return nil
+	}
+}

@@ -1,0 +1,365 @@
+package redis_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/redis"
+)
+
+// newClient returns a client to addr with the options the package
+// documentation recommends.
+func newClient(t testing.TB, addr string) *goredis.Client {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,
+		PoolSize:              64,
+	})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newStore(t testing.TB, c goredis.UniversalClient, opts ...redis.Option) *redis.Store {
+	t.Helper()
+	st, err := redis.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// miniStore returns a store on a fresh miniredis.
+func miniStore(t *testing.T, opts ...redis.Option) (*redis.Store, *miniredis.Miniredis) {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	return newStore(t, newClient(t, mr.Addr()), opts...), mr
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// newKey returns a fresh store key in a random scope.
+func newKey() string { return store.KeyName("test-"+randomHex(4), randomHex(8)) }
+
+func newClaim(fp byte) store.Claim {
+	return store.Claim{Token: randomHex(16), Fingerprint: [32]byte{fp}, TTL: 5 * time.Second}
+}
+
+func record(body string, fp byte) *store.Record {
+	return &store.Record{
+		Status:      201,
+		Header:      http.Header{"Content-Type": {"application/json"}},
+		Body:        []byte(body),
+		Fingerprint: [32]byte{fp},
+		CreatedAt:   time.Unix(1767225600, 0),
+		CompletedAt: time.Unix(1767225601, 0),
+	}
+}
+
+func mustClaim(t *testing.T, st store.Store, key string, c store.Claim, want store.State) store.Result {
+	t.Helper()
+	res, err := st.Claim(context.Background(), key, c)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	if res.State != want {
+		t.Fatalf("claim state = %v, want %v", res.State, want)
+	}
+	return res
+}
+
+func TestLifecycle(t *testing.T) {
+	st, mr := miniStore(t)
+	ctx := context.Background()
+	key := newKey()
+	a, b := newClaim(1), newClaim(2)
+
+	res := mustClaim(t, st, key, a, store.Claimed)
+	if res.Fingerprint != a.Fingerprint {
+		t.Errorf("claimed fingerprint = %x", res.Fingerprint[:1])
+	}
+	mustClaim(t, st, key, a, store.Mine)
+	res = mustClaim(t, st, key, b, store.InFlight)
+	if res.Fingerprint != a.Fingerprint {
+		t.Errorf("in-flight fingerprint = %x, want the holder's", res.Fingerprint[:1])
+	}
+	if res.TTL <= 0 || res.TTL > a.TTL {
+		t.Errorf("in-flight TTL = %v, want in (0, %v]", res.TTL, a.TTL)
+	}
+	mr.FastForward(2 * time.Second)
+	if res := mustClaim(t, st, key, b, store.InFlight); res.TTL > 3*time.Second {
+		t.Errorf("TTL after 2s of 5s = %v", res.TTL)
+	}
+
+	for name, err := range map[string]error{
+		"complete": st.Complete(ctx, key, b.Token, record("b", 2), time.Hour),
+		"release":  st.Release(ctx, key, b.Token),
+		"extend":   st.Extend(ctx, key, b.Token, time.Minute),
+	} {
+		if !errors.Is(err, store.ErrNotOwner) {
+			t.Errorf("%s by a stranger: %v, want ErrNotOwner", name, err)
+		}
+	}
+	if err := st.Extend(ctx, key, a.Token, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := mr.TTL(key); got != time.Minute {
+		t.Errorf("TTL after extend = %v, want 1m", got)
+	}
+	want := record(`{"id":1}`, 1)
+	if err := st.Complete(ctx, key, a.Token, want, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got := mr.TTL(key); got != time.Hour {
+		t.Errorf("TTL of record = %v, want retention 1h", got)
+	}
+	for _, c := range []store.Claim{a, b} {
+		res := mustClaim(t, st, key, c, store.Completed)
+		if res.Record == nil || string(res.Record.Body) != `{"id":1}` || res.Record.Status != 201 ||
+			res.Record.Header.Get("Content-Type") != "application/json" || res.Fingerprint != want.Fingerprint ||
+			!res.Record.CreatedAt.Equal(want.CreatedAt) || !res.Record.CompletedAt.Equal(want.CompletedAt) {
+			t.Errorf("replay = %+v", res.Record)
+		}
+	}
+	// A record is no claim: nobody, its writer included, can touch it.
+	for name, err := range map[string]error{
+		"complete": st.Complete(ctx, key, a.Token, record("again", 1), time.Hour),
+		"release":  st.Release(ctx, key, a.Token),
+		"extend":   st.Extend(ctx, key, a.Token, time.Minute),
+	} {
+		if !errors.Is(err, store.ErrNotOwner) {
+			t.Errorf("%s of a record: %v, want ErrNotOwner", name, err)
+		}
+	}
+	mr.FastForward(time.Hour)
+	mustClaim(t, st, key, b, store.Claimed)
+}
+
+func TestRelease(t *testing.T) {
+	st, mr := miniStore(t)
+	ctx := context.Background()
+	key := newKey()
+	a := newClaim(1)
+	mustClaim(t, st, key, a, store.Claimed)
+	if err := st.Release(ctx, key, a.Token); err != nil {
+		t.Fatal(err)
+	}
+	if mr.Exists(key) {
+		t.Fatal("released claim still stored")
+	}
+	if err := st.Release(ctx, key, a.Token); !errors.Is(err, store.ErrNotOwner) {
+		t.Errorf("second release: %v, want ErrNotOwner", err)
+	}
+	if err := st.Complete(ctx, key, a.Token, record("x", 1), time.Hour); !errors.Is(err, store.ErrNotOwner) {
+		t.Errorf("complete after release: %v, want ErrNotOwner", err)
+	}
+	if mr.Exists(key) {
+		t.Fatal("complete after release wrote a record")
+	}
+	mustClaim(t, st, key, newClaim(2), store.Claimed)
+}
+
+func TestLapsedClaim(t *testing.T) {
+	st, mr := miniStore(t)
+	ctx := context.Background()
+	key := newKey()
+	a, b := newClaim(1), newClaim(2)
+	a.TTL = time.Second
+	mustClaim(t, st, key, a, store.Claimed)
+	mr.FastForward(999 * time.Millisecond)
+	mustClaim(t, st, key, b, store.InFlight)
+	mr.FastForward(time.Millisecond)
+	mustClaim(t, st, key, b, store.Claimed)
+	if err := st.Complete(ctx, key, a.Token, record("late", 1), time.Hour); !errors.Is(err, store.ErrNotOwner) {
+		t.Fatalf("late complete: %v, want ErrNotOwner", err)
+	}
+	if err := st.Complete(ctx, key, b.Token, record("b", 2), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if res := mustClaim(t, st, key, a, store.Completed); string(res.Record.Body) != "b" {
+		t.Errorf("record body %q, want the new owner's", res.Record.Body)
+	}
+}
+
+func TestTTLRoundsUpToMilliseconds(t *testing.T) {
+	st, mr := miniStore(t)
+	key := newKey()
+	c := newClaim(1)
+	c.TTL = 1500 * time.Microsecond
+	mustClaim(t, st, key, c, store.Claimed)
+	if got := mr.TTL(key); got != 2*time.Millisecond {
+		t.Errorf("TTL = %v, want 2ms", got)
+	}
+}
+
+func TestInvalidArguments(t *testing.T) {
+	st, mr := miniStore(t)
+	ctx := context.Background()
+	key := newKey()
+	ok := newClaim(1)
+	bad := map[string]store.Claim{
+		"empty token": {Token: "", TTL: time.Second},
+		"long token":  {Token: strings.Repeat("t", redis.MaxTokenLen+1), TTL: time.Second},
+		"zero TTL":    {Token: "t", TTL: 0},
+		"negative":    {Token: "t", TTL: -time.Second},
+	}
+	for name, c := range bad {
+		if _, err := st.Claim(ctx, key, c); err == nil || errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("%s: err = %v, want an argument error", name, err)
+		}
+	}
+	mustClaim(t, st, key, ok, store.Claimed)
+	if err := st.Complete(ctx, key, ok.Token, nil, time.Hour); err == nil {
+		t.Error("nil record accepted")
+	}
+	if err := st.Complete(ctx, key, ok.Token, record("x", 1), 0); err == nil {
+		t.Error("zero retention accepted")
+	}
+	if err := st.Extend(ctx, key, ok.Token, 0); err == nil {
+		t.Error("zero extend accepted")
+	}
+	if err := st.Complete(ctx, key, ok.Token, &store.Record{Status: 1 << 20}, time.Hour); err == nil {
+		t.Error("status 1<<20 accepted")
+	}
+	// None of the refused calls changed the claim.
+	mustClaim(t, st, key, ok, store.Mine)
+	if got := mr.TTL(key); got != ok.TTL {
+		t.Errorf("TTL = %v, want %v", got, ok.TTL)
+	}
+}
+
+func TestUnreadableValue(t *testing.T) {
+	st, mr := miniStore(t)
+	ctx := context.Background()
+	for name, v := range map[string]string{
+		"future record": "\x22\x00" + strings.Repeat("x", 60),
+		"future claim":  "\x21\x03tok" + strings.Repeat("x", 40),
+		"damaged":       "\x12\x00\x00",
+	} {
+		key := newKey()
+		mr.Set(key, v)
+		_, err := st.Claim(ctx, key, newClaim(1))
+		if !errors.Is(err, redis.ErrUnreadable) || errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("%s: claim err = %v, want ErrUnreadable and not ErrUnavailable", name, err)
+		}
+		if got, _ := mr.Get(key); got != v {
+			t.Errorf("%s: claim changed the value", name)
+		}
+	}
+}
+
+func TestBackendErrorsAreUnavailable(t *testing.T) {
+	// go-redis retries READONLY, LOADING, MASTERDOWN and CLUSTERDOWN until
+	// the call's budget ends (the error is then the deadline); OOM and ERR
+	// come back at once with the server's words.
+	for msg, retried := range map[string]bool{
+		"OOM command not allowed when used memory > 'maxmemory'.": false,
+		"ERR unexpected": false,
+		"READONLY You can't write against a read only replica.":                            true,
+		"LOADING Redis is loading the dataset in memory":                                   true,
+		"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.": true,
+		"CLUSTERDOWN The cluster is down":                                                  true,
+	} {
+		t.Run(strings.Fields(msg)[0], func(t *testing.T) {
+			st, mr := miniStore(t, redis.WithCallTimeout(200*time.Millisecond))
+			ctx := context.Background()
+			key := newKey()
+			c := newClaim(1)
+			mustClaim(t, st, key, c, store.Claimed)
+			mr.SetError(msg)
+			_, err := st.Claim(ctx, newKey(), newClaim(1))
+			checkUnavailable(t, "claim", err)
+			var rerr goredis.Error
+			if !retried && (!errors.As(err, &rerr) || !strings.HasPrefix(rerr.Error(), strings.Fields(msg)[0])) {
+				t.Errorf("claim err %v does not carry the server's error", err)
+			}
+			if retried && !errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &rerr) {
+				t.Errorf("claim err %v carries neither the deadline nor the server's error", err)
+			}
+			checkUnavailable(t, "complete", st.Complete(ctx, key, c.Token, record("x", 1), time.Hour))
+			checkUnavailable(t, "release", st.Release(ctx, key, c.Token))
+			checkUnavailable(t, "extend", st.Extend(ctx, key, c.Token, time.Minute))
+		})
+	}
+}
+
+func checkUnavailable(t *testing.T, op string, err error) {
+	t.Helper()
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("%s: err = %v, want ErrUnavailable", op, err)
+	}
+	if errors.Is(err, store.ErrNotOwner) {
+		t.Errorf("%s: backend failure reported as ErrNotOwner", op)
+	}
+}
+
+func TestClosedServerIsUnavailable(t *testing.T) {
+	st, mr := miniStore(t)
+	mr.Close()
+	_, err := st.Claim(context.Background(), newKey(), newClaim(1))
+	checkUnavailable(t, "claim", err)
+}
+
+func TestScriptsLoadThemselves(t *testing.T) {
+	// A server that lost its script cache (restart, failover, SCRIPT FLUSH)
+	// gets the scripts again by EVAL.
+	st, mr := miniStore(t)
+	ctx := context.Background()
+	key := newKey()
+	c := newClaim(1)
+	mustClaim(t, st, key, c, store.Claimed)
+	cl := newClient(t, mr.Addr())
+	if err := cl.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Complete(ctx, key, c.Token, record("x", 1), time.Hour); err != nil {
+		t.Fatalf("complete after SCRIPT FLUSH: %v", err)
+	}
+	mustClaim(t, st, key, newClaim(2), store.Completed)
+}
+
+func TestNew(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := newClient(t, mr.Addr())
+	if _, err := redis.New(nil); err == nil {
+		t.Error("nil client accepted")
+	}
+	for name, o := range map[string]redis.Option{
+		"nil option":        nil,
+		"zero call timeout": redis.WithCallTimeout(0),
+		"negative timeout":  redis.WithCallTimeout(-time.Second),
+		"zero replicas":     redis.WithWaitReplicas(0, time.Second),
+		"zero wait timeout": redis.WithWaitReplicas(1, 0),
+		"sub-ms wait":       redis.WithWaitReplicas(1, time.Microsecond),
+		"negative replicas": redis.WithWaitReplicas(-1, time.Second),
+	} {
+		if _, err := redis.New(c, o); err == nil {
+			t.Errorf("%s accepted", name)
+		}
+	}
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": mr.Addr()}})
+	defer ring.Close()
+	if _, err := redis.New(ring, redis.WithWaitReplicas(1, time.Second)); err == nil {
+		t.Error("WithWaitReplicas accepted a Ring, which cannot pin a connection")
+	}
+	if _, err := redis.New(ring); err != nil {
+		t.Errorf("Ring without WAIT refused: %v", err)
+	}
+	if _, err := redis.New(c, redis.WithCallTimeout(time.Second), redis.WithWaitReplicas(1, time.Second), redis.WithEvictionWarning()); err != nil {
+		t.Errorf("valid options refused: %v", err)
+	}
+}
