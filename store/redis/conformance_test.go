@@ -1,0 +1,103 @@
+package redis_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/idemkey/idemkey/internal/redistest"
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/storetest"
+)
+
+func TestConformanceMiniredis(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		mr := miniredis.RunT(t)
+		return storetest.Harness{Store: newStore(t, newClient(t, mr.Addr())), Advance: mr.FastForward}
+	})
+}
+
+func TestConformanceRedis(t *testing.T) {
+	st := newStore(t, newClient(t, redistest.Start(t)))
+	storetest.Run(t, func(*testing.T) storetest.Harness {
+		return storetest.Harness{Store: st}
+	})
+}
+
+// TestConformanceRedisNoContextTimeouts runs the suite through a client
+// without ContextTimeoutEnabled, where the store bounds each call itself.
+func TestConformanceRedisNoContextTimeouts(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t), PoolSize: 64})
+	t.Cleanup(func() { c.Close() })
+	st := newStore(t, c)
+	storetest.Run(t, func(*testing.T) storetest.Harness {
+		return storetest.Harness{Store: st}
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	cl := sharedCluster(t)
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{
+		Addrs:                 cl.Addrs(),
+		ContextTimeoutEnabled: true,
+		PoolSize:              64,
+	})
+	t.Cleanup(func() { c.Close() })
+	rec := &keyRecorder{Store: newStore(t, c)}
+	storetest.Run(t, func(*testing.T) storetest.Harness {
+		return storetest.Harness{Store: rec}
+	})
+
+	// The suite's keys spread over every master, and each master holds
+	// the slots its keys hash to (a node asked about another's slot answers
+	// MOVED).
+	perNode := make(map[string]int)
+	for key := range rec.keys {
+		slot := redistest.Slot(key)
+		node := cl.NodeForSlot(slot)
+		perNode[node.Addr]++
+		if got, err := redistest.Do(node.Addr, "CLUSTER", "KEYSLOT", key); err != nil || got != strconv.Itoa(slot) {
+			t.Fatalf("CLUSTER KEYSLOT %s = %q, %v; want %d", key, got, err, slot)
+		}
+		if _, err := redistest.Do(node.Addr, "EXISTS", key); err != nil {
+			t.Fatalf("EXISTS %s on %s: %v", key, node.Addr, err)
+		}
+	}
+	for _, node := range cl.Nodes {
+		if perNode[node.Addr] == 0 {
+			t.Errorf("no key of the suite landed on master %s: %v", node.Addr, perNode)
+		}
+	}
+	t.Logf("keys per master: %v", perNode)
+}
+
+// keyRecorder is a store.Store that remembers the keys it was asked about.
+type keyRecorder struct {
+	store.Store
+	mu   sync.Mutex
+	keys map[string]bool
+}
+
+func (r *keyRecorder) note(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.keys == nil {
+		r.keys = make(map[string]bool)
+	}
+	r.keys[key] = true
+}
+
+func (r *keyRecorder) Claim(ctx context.Context, key string, c store.Claim) (store.Result, error) {
+	r.note(key)
+	return r.Store.Claim(ctx, key, c)
+}
+
+func (r *keyRecorder) Complete(ctx context.Context, key, token string, rec *store.Record, retention time.Duration) error {
+	r.note(key)
+	return r.Store.Complete(ctx, key, token, rec, retention)
+}
