@@ -50,16 +50,7 @@ func StartSentinel(t testing.TB, cfg SentinelConfig) *Sentinel {
 		t.Fatal(err)
 	}
 	t.Cleanup(ss.Master.Close)
-	if ss.Replica, err = start(bin, "", 0, []string{"--replicaof", "127.0.0.1", strconv.Itoa(ss.Master.Port)}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ss.Replica.Close)
-	if err := waitFor(10*time.Second, func() bool {
-		f, err := Info(ss.Replica.Addr, "replication")
-		return err == nil && f["master_link_status"] == "up"
-	}); err != nil {
-		t.Fatalf("redistest: replica %s never synced with %s:\n%s", ss.Replica.Addr, ss.Master.Addr, ss.Replica.LogTail())
-	}
+	ss.Replica = StartReplica(t, ss.Master)
 	s := &Server{bin: bin, sentinel: fmt.Sprintf(
 		"sentinel monitor %[1]s 127.0.0.1 %[2]d 1\n"+
 			"sentinel down-after-milliseconds %[1]s %[3]d\n"+
@@ -97,6 +88,24 @@ func startSentinel(s *Server) error {
 	}
 	os.RemoveAll(dir)
 	return err
+}
+
+// StartReplica starts a replica of master on a free loopback port, waits
+// until its first sync is done, and stops it by PID when the test ends.
+func StartReplica(t testing.TB, master *Server) *Server {
+	t.Helper()
+	r, err := start(Require(t), "", 0, []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	if err := waitFor(10*time.Second, func() bool {
+		f, err := Info(r.Addr, "replication")
+		return err == nil && f["master_link_status"] == "up"
+	}); err != nil {
+		t.Fatalf("redistest: replica %s never synced with %s:\n%s", r.Addr, master.Addr, r.LogTail())
+	}
+	return r
 }
 
 // SentinelAddrs returns the sentinel's address, to seed a FailoverClient.
