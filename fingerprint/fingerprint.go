@@ -30,8 +30,9 @@
 //     malformed escape) is covered as its raw bytes under the tag 'q'.
 //   - MediaType ('T'): the Content-Type header, parsed by RFC 9110: the
 //     type/subtype in lower case, then its parameters sorted by name (names
-//     in lower case, quoted values unquoted, the charset value in lower
-//     case), each length-prefixed. Parameters are kept, not dropped: a
+//     in lower case, quoted values without their quotes but with their
+//     backslash escapes as written, the charset value in lower case), each
+//     length-prefixed. Parameters are kept, not dropped: a
 //     charset changes what the body's bytes say and a multipart boundary how
 //     it splits. A header that does not parse is covered as its raw value
 //     under the tag 't', and its body as raw bytes. A missing header is the

@@ -2,6 +2,7 @@ package fingerprint
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -403,6 +404,16 @@ var plain = func() (t [256]bool) {
 
 const hexDigits = "0123456789abcdef"
 
+// hasSpecial reports whether any of the eight bytes in w is a control
+// character, '"' or '\\'. Each term is the classic test for a zero byte
+// (v-0x01..) &^ v & 0x80.., which is exact about whether one exists.
+func hasSpecial(w uint64) bool {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q := w ^ (lo * '"')
+	b := w ^ (lo * '\\')
+	return ((w-lo*0x20)&^w|(q-lo)&^q|(b-lo)&^b)&hi != 0
+}
+
 // str reads a string at c.pos and writes its canonical form.
 func (c *canonJSON) str() error {
 	src := c.src
@@ -410,6 +421,10 @@ func (c *canonJSON) str() error {
 	c.out = append(c.out, '"')
 	run := i
 	for {
+		// Eight bytes at a time while none is special, then one by one.
+		for i+8 <= len(src) && !hasSpecial(binary.LittleEndian.Uint64(src[i:])) {
+			i += 8
+		}
 		for i < len(src) && plain[src[i]] {
 			i++
 		}
@@ -530,6 +545,13 @@ func appendCanonicalRune(dst []byte, r rune) []byte {
 func appendFoldedName(dst, name []byte) []byte {
 	for i := 0; i < len(name); {
 		b := name[i]
+		if f := foldASCII[b]; f != 0xff {
+			if f != 0 {
+				dst = append(dst, f)
+			}
+			i++
+			continue
+		}
 		if b == '\\' {
 			// The canonical form has only \" \\ \b \f \n \r \t, \u00XX for
 			// control characters, and \udXXX for lone surrogates.
@@ -569,6 +591,25 @@ func appendFoldedName(dst, name []byte) []byte {
 	}
 	return dst
 }
+
+// foldASCII[b] is what appendFoldedName writes for the byte b of a
+// canonical name: 0 for nothing ('_' and '-'), 0xff when b starts an escape
+// or a multi-byte sequence.
+var foldASCII = func() (t [256]byte) {
+	for b := range 256 {
+		switch {
+		case b == '\\' || b >= utf8.RuneSelf:
+			t[b] = 0xff
+		case b == '_' || b == '-':
+			t[b] = 0
+		case 'a' <= b && b <= 'z':
+			t[b] = byte(b) - ('a' - 'A')
+		default:
+			t[b] = byte(b)
+		}
+	}
+	return t
+}()
 
 func appendFoldedRune(dst []byte, r rune) []byte {
 	if r < utf8.RuneSelf {

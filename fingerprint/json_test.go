@@ -1,8 +1,10 @@
 package fingerprint
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -184,5 +186,41 @@ func TestCanonicalJSONDistinct(t *testing.T) {
 		if a, b := canon(t, p[0]), canon(t, p[1]); a == b {
 			t.Errorf("%q and %q share the canonical form %q", p[0], p[1], a)
 		}
+	}
+}
+
+func TestHasSpecial(t *testing.T) {
+	want := func(w [8]byte) bool {
+		for _, b := range w {
+			if !plain[b] {
+				return true
+			}
+		}
+		return false
+	}
+	check := func(w [8]byte) {
+		if got := hasSpecial(binary.LittleEndian.Uint64(w[:])); got != want(w) {
+			t.Fatalf("hasSpecial(%q) = %v", w[:], got)
+		}
+	}
+	// Every byte value in every position, among fillers on both sides of
+	// the thresholds.
+	for _, fill := range []byte{'a', 0x20, 0x21, '"' + 1, '\\' + 1, 0x7f, 0x80, 0xff} {
+		for pos := range 8 {
+			for b := range 256 {
+				var w [8]byte
+				for i := range w {
+					w[i] = fill
+				}
+				w[pos] = byte(b)
+				check(w)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 100000 {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], rng.Uint64())
+		check(w)
 	}
 }

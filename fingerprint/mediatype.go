@@ -15,13 +15,14 @@ const (
 	formBody                 // application/x-www-form-urlencoded
 )
 
-// isTokenChar reports whether b may appear in an RFC 9110 token.
-func isTokenChar(b byte) bool {
-	if 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' {
-		return true
+// tokenChar[b] reports whether b may appear in an RFC 9110 token.
+var tokenChar = func() (t [256]bool) {
+	for b := range 256 {
+		t[b] = 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", byte(b)) >= 0
 	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0
-}
+	return t
+}()
 
 func lower(b byte) byte {
 	if 'A' <= b && b <= 'Z' {
@@ -33,7 +34,7 @@ func lower(b byte) byte {
 // token returns the length of the token at the start of s.
 func token(s string) int {
 	i := 0
-	for i < len(s) && isTokenChar(s[i]) {
+	for i < len(s) && tokenChar[s[i]] {
 		i++
 	}
 	return i
@@ -47,8 +48,8 @@ func trimOWS(s string) string {
 // type "/" subtype *( OWS ";" OWS [ name "=" ( token / quoted-string ) ] ).
 // It appends to dst the canonical media type field: the length-prefixed
 // type/subtype in lower case, then the parameters sorted by name (see
-// pairs.appendSorted) with names in lower case, quoted values unquoted and
-// the value of charset in lower case. It returns the body kind the media type
+// pairs.appendSorted) with names in lower case, quoted values without their
+// quotes (escapes kept as written) and the value of charset in lower case. It returns the body kind the media type
 // calls for, and false (with dst unchanged) when v does not follow the
 // grammar. An empty v is the empty media type without parameters.
 func parseMediaType(dst []byte, p *pairs, v string) ([]byte, bodyKind, bool) {
@@ -92,23 +93,23 @@ func parseMediaType(dst []byte, p *pairs, v string) ([]byte, bodyKind, bool) {
 		vs := len(p.buf)
 		s = s[n+1:]
 		if s != "" && s[0] == '"' {
+			// The quoted text is kept as written, escapes included:
+			// readers disagree on what a backslash escapes (mime keeps it
+			// before anything but a tspecial), so "a\b" and "ab" stay
+			// different.
 			i := 1
 			for ; i < len(s) && s[i] != '"'; i++ {
-				b := s[i]
-				if b == '\\' {
-					if i++; i == len(s) {
-						break
-					}
-					b = s[i]
+				if s[i] == '\\' {
+					i++
 				}
-				if b < 0x20 && b != '\t' || b == 0x7f {
+				if i == len(s) || s[i] < 0x20 && s[i] != '\t' || s[i] == 0x7f {
 					return dst, rawBody, false
 				}
-				p.buf = append(p.buf, b)
 			}
 			if i >= len(s) {
 				return dst, rawBody, false // no closing quote
 			}
+			p.buf = append(p.buf, s[1:i]...)
 			s = s[i+1:]
 		} else {
 			m := token(s)

@@ -88,10 +88,12 @@ func parseQuery[S string | []byte](p *pairs, s S) bool {
 
 // unescape appends the query-component decoding of s to p.buf.
 func unescape[S string | []byte](p *pairs, s S) bool {
+	run := 0
 	for i := 0; i < len(s); i++ {
-		switch b := s[i]; b {
+		switch s[i] {
 		case '+':
-			p.buf = append(p.buf, ' ')
+			p.buf = append(append(p.buf, s[run:i]...), ' ')
+			run = i + 1
 		case '%':
 			if i+2 >= len(s) {
 				return false
@@ -101,12 +103,12 @@ func unescape[S string | []byte](p *pairs, s S) bool {
 			if !ok1 || !ok2 {
 				return false
 			}
-			p.buf = append(p.buf, hi<<4|lo)
+			p.buf = append(append(p.buf, s[run:i]...), hi<<4|lo)
 			i += 2
-		default:
-			p.buf = append(p.buf, b)
+			run = i + 1
 		}
 	}
+	p.buf = append(p.buf, s[run:]...)
 	return true
 }
 

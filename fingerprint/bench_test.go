@@ -1,0 +1,124 @@
+package fingerprint
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// benchJSON returns a JSON document of about size bytes that looks like an
+// API payload: objects whose members are not in order, strings with escapes,
+// numbers and nested arrays.
+func benchJSON(size int) []byte {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var b strings.Builder
+	b.WriteString(`{"order_id":"ord_8f14e45fceea167a","customer":{"name":"J\u00f6rg M\u00fcller","email":"jorg@example.com"},"items":[`)
+	for i := 0; b.Len() < size-40; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"sku":"SKU-%05d","qty":%d,"price":%d.%02d,"note":"line\n%d \"gift\"","tags":["a","b"]}`,
+			rng.IntN(100000), rng.IntN(9)+1, rng.IntN(500), rng.IntN(100), i)
+	}
+	b.WriteString(`],"currency":"EUR","amount":12.5}`)
+	s := b.String()
+	if len(s) > size {
+		// Too small a size for one item: a flat object with a padded string.
+		s = `{"b":"` + strings.Repeat("x", max(size-16, 0)) + `","a":1}`
+	}
+	return []byte(s)
+}
+
+var benchSizes = []int{100, 1 << 10, 64 << 10, 1 << 20}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20:
+		return strconv.Itoa(n>>20) + "MiB"
+	case n >= 1<<10:
+		return strconv.Itoa(n>>10) + "KiB"
+	}
+	return strconv.Itoa(n) + "B"
+}
+
+var sink [32]byte
+
+// BenchmarkDefaultJSON is the fingerprint the middleware computes for a JSON
+// POST: method, path, query, media type and the canonical body.
+func BenchmarkDefaultJSON(b *testing.B) {
+	for _, n := range benchSizes {
+		body := benchJSON(n)
+		r := httptest.NewRequest("POST", "/v1/orders?expand=items", nil)
+		r.Header.Set("Content-Type", "application/json; charset=utf-8")
+		b.Run(sizeName(n), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				sink = Default(r, body)
+			}
+		})
+	}
+}
+
+// BenchmarkDefaultRaw is the baseline: the same bodies sent as
+// application/octet-stream, hashed as raw bytes.
+func BenchmarkDefaultRaw(b *testing.B) {
+	for _, n := range benchSizes {
+		body := benchJSON(n)
+		r := httptest.NewRequest("POST", "/v1/orders?expand=items", nil)
+		r.Header.Set("Content-Type", "application/octet-stream")
+		b.Run(sizeName(n), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				sink = Default(r, body)
+			}
+		})
+	}
+}
+
+// BenchmarkSHA256 is the floor: SHA-256 of the body alone.
+func BenchmarkSHA256(b *testing.B) {
+	for _, n := range benchSizes {
+		body := benchJSON(n)
+		b.Run(sizeName(n), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				sink = sha256.Sum256(body)
+			}
+		})
+	}
+}
+
+func BenchmarkCanonicalJSON(b *testing.B) {
+	for _, n := range benchSizes {
+		body := benchJSON(n)
+		dst := make([]byte, 0, len(body))
+		b.Run(sizeName(n), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				if dst, err = CanonicalJSON(dst[:0], body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkDefaultForm(b *testing.B) {
+	body := []byte("name=J%C3%B6rg+M%C3%BCller&email=jorg%40example.com&amount=12.50&currency=EUR&item=SKU-1&item=SKU-2&note=" + strings.Repeat("x", 800))
+	r := httptest.NewRequest("POST", "/v1/orders", nil)
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		sink = Default(r, body)
+	}
+}
