@@ -177,9 +177,7 @@ const (
 )
 
 func appendField[S string | []byte](dst []byte, tag byte, data S) []byte {
-	dst = append(dst, tag)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(len(data)))
-	return append(dst, data...)
+	return append(appendFieldHeader(dst, tag, len(data)), data...)
 }
 
 func sum(fields Field, method, path, rawQuery, contentType string, body []byte) [32]byte {
@@ -196,6 +194,7 @@ type scratch struct {
 	digest [sha256.Size]byte
 	head   []byte // everything hashed before the body's bytes
 	field  []byte // one canonical field being built
+	chunk  []byte // canonical JSON on its way to h
 	pairs  pairs
 	json   canonJSON
 }
@@ -205,12 +204,13 @@ var scratchPool = sync.Pool{New: func() any { return &scratch{h: sha256.New()} }
 func getScratch() *scratch { return scratchPool.Get().(*scratch) }
 
 // maxRetained bounds the buffers a pooled scratch keeps, so that one large
-// body does not pin its size in memory for good: 256 KiB each.
-const maxRetained = 256 << 10
+// body does not pin its size in memory: 1 MiB each, the middleware's default
+// body limit.
+const maxRetained = 1 << 20
 
 func putScratch(s *scratch) {
 	s.json.src = nil
-	for _, b := range []*[]byte{&s.head, &s.field, &s.pairs.buf, &s.json.out, &s.json.emitted, &s.json.fold} {
+	for _, b := range []*[]byte{&s.head, &s.field, &s.pairs.buf, &s.json.out, &s.json.fold, &s.chunk} {
 		if cap(*b) > maxRetained {
 			*b = nil
 		}
@@ -261,29 +261,51 @@ func (s *scratch) sum(fields Field, method, path, rawQuery, contentType string, 
 	}
 
 	s.h.Reset()
-	if fields&Body != 0 {
-		tag, data := byte(tagBody), body
-		switch kind {
-		case jsonBody:
-			tag = tagRawJSON
-			if _, err := s.json.canonicalise(body); err == nil {
-				tag, data = tagJSON, s.json.canonical()
-			}
-		case formBody:
-			tag = tagRawForm
-			if parseQuery(&s.pairs, body) {
-				s.field = s.pairs.appendSorted(s.field[:0])
-				tag, data = tagForm, s.field
-			}
-		}
-		b = append(b, tag)
-		b = binary.BigEndian.AppendUint64(b, uint64(len(data)))
+	if fields&Body == 0 {
 		s.h.Write(b)
-		s.h.Write(data)
+		s.head = b
 	} else {
-		s.h.Write(b)
+		s.head = s.writeBody(b, kind, body)
 	}
-	s.head = b
 	s.h.Sum(s.digest[:0])
 	return s.digest
+}
+
+// writeBody writes head, then the body field, to s.h, and returns head for
+// reuse.
+func (s *scratch) writeBody(head []byte, kind bodyKind, body []byte) []byte {
+	tag, data := byte(tagBody), body
+	switch kind {
+	case jsonBody:
+		tag = tagRawJSON
+		if out, err := s.json.canonicalise(body); err == nil {
+			head = appendFieldHeader(head, tagJSON, len(out))
+			s.h.Write(head)
+			if !s.json.reorder {
+				s.h.Write(out)
+				return head
+			}
+			// Reordered members go straight from out to the hash.
+			s.json.h = s.h
+			s.chunk = s.json.emit(s.chunk[:0], 0, len(out), 0)
+			s.json.h = nil
+			s.h.Write(s.chunk)
+			return head
+		}
+	case formBody:
+		tag = tagRawForm
+		if parseQuery(&s.pairs, body) {
+			s.field = s.pairs.appendSorted(s.field[:0])
+			tag, data = tagForm, s.field
+		}
+	}
+	head = appendFieldHeader(head, tag, len(data))
+	s.h.Write(head)
+	s.h.Write(data)
+	return head
+}
+
+func appendFieldHeader(dst []byte, tag byte, n int) []byte {
+	dst = append(dst, tag)
+	return binary.BigEndian.AppendUint64(dst, uint64(n))
 }

@@ -246,3 +246,24 @@ func TestSumPoolReuse(t *testing.T) {
 		}
 	}
 }
+
+// TestSumLargeReordered checks that a large body whose members need
+// reordering, hashed in chunks as it is reordered, hashes like its canonical
+// form, which is in order and hashed whole.
+func TestSumLargeReordered(t *testing.T) {
+	for _, body := range [][]byte{
+		benchJSON(64 << 10),
+		[]byte(`{"z":"` + strings.Repeat("y", 3*emitChunk) + `","a":[` + string(benchJSON(3*emitChunk)) + `]}`),
+	} {
+		c, err := CanonicalJSON(nil, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(c) == string(body) {
+			t.Fatal("test body is canonical already")
+		}
+		if Sum("POST", "/", "", ctJSON, body) != Sum("POST", "/", "", ctJSON, c) {
+			t.Errorf("a %d-byte body and its canonical form have different fingerprints", len(body))
+		}
+	}
+}

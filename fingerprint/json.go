@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"unicode"
 	"unicode/utf8"
@@ -96,9 +97,9 @@ type canonJSON struct {
 	objs    []object
 	sorted  []member
 	reorder bool
-	// emitted is the buffer the second pass writes into when the caller has
-	// none of its own.
-	emitted []byte
+	// h, when set, receives what emit writes in chunks, so that the
+	// canonical form is hashed without being held whole.
+	h io.Writer
 }
 
 // member is one name/value pair of an object.
@@ -148,22 +149,10 @@ func (c *canonJSON) canonicalise(src []byte) ([]byte, error) {
 	return c.out, nil
 }
 
-// canonical returns the complete canonical form after a successful
-// canonicalise, in c.out or c.emitted.
-func (c *canonJSON) canonical() []byte {
-	if !c.reorder {
-		return c.out
-	}
-	if cap(c.emitted) < len(c.out) {
-		c.emitted = make([]byte, 0, len(c.out))
-	}
-	c.emitted = c.emit(c.emitted[:0], 0, len(c.out), 0)
-	return c.emitted
-}
-
 // emit appends out[start:end] to dst, writing the members of every object
 // that needs reordering in their sorted order. i is the index in objs of the
-// first object that starts at or after start.
+// first object that starts at or after start. When c.h is set, what dst
+// holds goes to c.h whenever it passes emitChunk bytes.
 func (c *canonJSON) emit(dst []byte, start, end, i int) []byte {
 	pos := start
 	for i < len(c.objs) && c.objs[i].start < end {
@@ -173,7 +162,7 @@ func (c *canonJSON) emit(dst []byte, start, end, i int) []byte {
 			i++
 			continue
 		}
-		dst = append(dst, c.out[pos:o.start]...)
+		dst = c.put(dst, c.out[pos:o.start])
 		dst = append(dst, '{')
 		for k, m := range c.sorted[o.first:o.last] {
 			if k > 0 {
@@ -185,7 +174,25 @@ func (c *canonJSON) emit(dst []byte, start, end, i int) []byte {
 		pos = o.end
 		i = o.next
 	}
-	return append(dst, c.out[pos:end]...)
+	return c.put(dst, c.out[pos:end])
+}
+
+// emitChunk is how much emit holds before it writes to c.h.
+const emitChunk = 8 << 10
+
+// put appends p to dst, or when c.h is set and dst would pass emitChunk,
+// writes dst (and a long p) to c.h instead.
+func (c *canonJSON) put(dst, p []byte) []byte {
+	if c.h == nil || len(dst)+len(p) <= emitChunk {
+		return append(dst, p...)
+	}
+	c.h.Write(dst)
+	dst = dst[:0]
+	if len(p) >= emitChunk {
+		c.h.Write(p)
+		return dst
+	}
+	return append(dst, p...)
 }
 
 func (c *canonJSON) skipSpace() {
