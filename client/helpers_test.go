@@ -175,7 +175,7 @@ func response(req *http.Request, status int, body io.ReadCloser, header ...strin
 	for i := 0; i+1 < len(header); i += 2 {
 		h.Set(header[i], header[i+1])
 	}
-	return &http.Response{StatusCode: status, Header: h, Body: body, Request: req}
+	return &http.Response{StatusCode: status, Header: h, Body: body, ContentLength: -1, Request: req}
 }
 
 // connReset is the error a reset connection gives.
@@ -201,3 +201,5 @@ func readAll(t *testing.T, resp *http.Response) string {
 }
 
 func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+
+func stringsReader(s string) io.Reader { return strings.NewReader(s) }

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -218,5 +217,3 @@ func validToken(s string) bool {
 	}
 	return true
 }
-
-var errNotMadeByNew = errors.New("idemkey: client: Transport used without New")

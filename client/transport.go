@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -51,6 +52,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+var (
+	errNotMadeByNew = errors.New("idemkey: client: Transport used without New")
+	errNoResponse   = errors.New("idemkey: client: base RoundTripper returned neither a response nor an error")
+)
 
 // drainLimit is how much of a discarded response body is read so that its
 // connection can be reused.
@@ -103,9 +109,12 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			out.ContentLength = body.length
 		}
 		resp, err = t.base.RoundTrip(out)
-		if err != nil && resp != nil {
+		switch {
+		case err != nil && resp != nil:
 			discard(resp)
 			resp = nil
+		case err == nil && resp == nil:
+			err = errNoResponse
 		}
 		if tr != nil {
 			tr.Attempts = n
@@ -152,9 +161,17 @@ func (t *Transport) CloseIdleConnections() {
 	}
 }
 
-// discard drains and closes a response the caller will never see.
+// discard drains and closes a response the caller will never see. Only a
+// body of known length up to drainLimit is drained, so that its connection
+// can be reused; any other is closed unread, which costs the connection but
+// never waits on a slow body.
 func discard(resp *http.Response) {
-	io.CopyN(io.Discard, resp.Body, drainLimit)
+	if resp.Body == nil {
+		return
+	}
+	if resp.ContentLength >= 0 && resp.ContentLength <= drainLimit {
+		io.CopyN(io.Discard, resp.Body, drainLimit)
+	}
 	resp.Body.Close()
 }
 

@@ -388,7 +388,13 @@ func TestDiscardedResponsesAreDrainedAndClosed(t *testing.T) {
 		}
 		b := newTracked(strings.Repeat("x", 1000))
 		bodies = append(bodies, b)
-		return response(r, status, b), nil
+		resp := response(r, status, b)
+		resp.ContentLength = 1000
+		if len(bodies) == 2 {
+			// A body of unknown length is closed unread.
+			resp.ContentLength = -1
+		}
+		return resp, nil
 	})))
 	resp, err := tr.RoundTrip(post(t, context.Background(), "http://127.0.0.1:1/", "b"))
 	if err != nil {
@@ -398,9 +404,12 @@ func TestDiscardedResponsesAreDrainedAndClosed(t *testing.T) {
 		if !b.Closed() {
 			t.Errorf("discarded response %d not closed", i+1)
 		}
-		if rest, _ := io.ReadAll(b.r); len(rest) != 0 {
-			t.Errorf("discarded response %d not drained: %d bytes left", i+1, len(rest))
-		}
+	}
+	if rest, _ := io.ReadAll(bodies[0].r); len(rest) != 0 {
+		t.Errorf("discarded response of known length not drained: %d bytes left", len(rest))
+	}
+	if rest, _ := io.ReadAll(bodies[1].r); len(rest) != 1000 {
+		t.Errorf("discarded response of unknown length was read: %d bytes left", len(rest))
 	}
 	if bodies[2].Closed() {
 		t.Error("the final response was closed before the caller read it")
@@ -521,5 +530,13 @@ func TestFullJitterStaysUnderTheCeiling(t *testing.T) {
 		if len(distinct) < 100 {
 			t.Errorf("wait before attempt %d took only %d values in 200 draws", n+1, len(distinct))
 		}
+	}
+}
+
+func TestBaseWithoutResponseOrError(t *testing.T) {
+	tr, _ := newTest(t, WithBase(rtFunc(func(*http.Request) (*http.Response, error) { return nil, nil })), WithMaxAttempts(1))
+	resp, err := tr.RoundTrip(post(t, context.Background(), "http://127.0.0.1:1/", "b"))
+	if err == nil || resp != nil {
+		t.Errorf("RoundTrip = %v, %v; want an error", resp, err)
 	}
 }
