@@ -160,6 +160,7 @@ func (s *Server) run(port int) error {
 		"--dir", s.Dir,
 		"--save", "",
 		"--appendonly", "no",
+		"--repl-diskless-sync-delay", "0", // a replica syncs at once
 		"--daemonize", "no",
 		"--logfile", "redis.log",
 	}
@@ -257,15 +258,19 @@ func (s *Server) signal(sig syscall.Signal, stopped bool) {
 }
 
 // Restart starts the server again on the same port, in the same directory
-// and with the same arguments, after Kill. It is an error to restart a
-// server that is still running.
-func (s *Server) Restart() error {
+// and with the same arguments, after Kill. Extra arguments apply to this
+// start only (for example "--replicaof", host, port). It is an error to
+// restart a server that is still running.
+func (s *Server) Restart(extra ...string) error {
 	s.mu.Lock()
 	running := s.cmd != nil && !s.exited()
 	s.mu.Unlock()
 	if running {
 		return fmt.Errorf("redistest: restart of %s while it runs", s.Addr)
 	}
+	args := s.args
+	s.args = append(append([]string(nil), args...), extra...)
+	defer func() { s.args = args }()
 	return s.run(s.Port)
 }
 

@@ -13,7 +13,9 @@ import (
 // defaults named on them.
 type SentinelConfig struct {
 	// DownAfter is how long the master must be unreachable before the
-	// sentinel declares it down (down-after-milliseconds). Default 400 ms.
+	// sentinel declares it down (down-after-milliseconds). Default 1 s:
+	// much shorter, and a loaded machine makes the sentinel take a healthy
+	// new master for down right after a failover.
 	DownAfter time.Duration
 	// FailoverTimeout is the sentinel's failover-timeout. Default 3 s.
 	FailoverTimeout time.Duration
@@ -38,7 +40,7 @@ type Sentinel struct {
 func StartSentinel(t testing.TB, cfg SentinelConfig) *Sentinel {
 	t.Helper()
 	if cfg.DownAfter <= 0 {
-		cfg.DownAfter = 400 * time.Millisecond
+		cfg.DownAfter = time.Second
 	}
 	if cfg.FailoverTimeout <= 0 {
 		cfg.FailoverTimeout = 3 * time.Second
