@@ -1,0 +1,558 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/idemkey/idemkey/store"
+)
+
+func claimOf(token string) store.Claim {
+	return store.Claim{Token: token, Fingerprint: [32]byte{byte(len(token))}, TTL: time.Hour}
+}
+
+func mustClaim(t *testing.T, s *Store, key, token string, want store.State) store.Result {
+	t.Helper()
+	res, err := s.Claim(t.Context(), key, claimOf(token))
+	if err != nil {
+		t.Fatalf("Claim(%q): %v", key, err)
+	}
+	if res.State != want {
+		t.Fatalf("Claim(%q): state %v, want %v", key, res.State, want)
+	}
+	return res
+}
+
+func mustComplete(t *testing.T, s *Store, key, token string, retention time.Duration) *store.Record {
+	t.Helper()
+	rec := &store.Record{Status: http.StatusCreated, Body: []byte(key)}
+	if err := s.Complete(t.Context(), key, token, rec, retention); err != nil {
+		t.Fatalf("Complete(%q): %v", key, err)
+	}
+	return rec
+}
+
+// held reports whether the store holds an entry for key, without touching
+// it the way a Claim would.
+func held(s *Store, key string) bool {
+	sh := s.c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	_, ok := sh.m[key]
+	return ok
+}
+
+// checkInvariants checks the bookkeeping a store keeps beside its maps.
+func checkInvariants(t *testing.T, s *Store) {
+	t.Helper()
+	total, queued := 0, 0
+	for i := range s.c.shards {
+		sh := &s.c.shards[i]
+		sh.mu.Lock()
+		total += len(sh.m)
+		queued += len(sh.done) - sh.head
+		if sh.head < len(sh.done) {
+			front := sh.done[sh.head]
+			if !sh.live(front) {
+				t.Errorf("shard %d: the front of the completion queue is stale", i)
+			}
+			if got := sh.oldest.Load(); got != front.seq {
+				t.Errorf("shard %d: oldest %d, want the front's %d", i, got, front.seq)
+			}
+		} else if got := sh.oldest.Load(); got != math.MaxUint64 {
+			t.Errorf("shard %d: empty completion queue, but oldest is %d", i, got)
+		}
+		completed, live := 0, 0
+		for _, e := range sh.m {
+			if e.rec != nil {
+				completed++
+			}
+		}
+		for _, r := range sh.done[sh.head:] {
+			if sh.live(r) {
+				live++
+			}
+		}
+		if completed != live {
+			t.Errorf("shard %d: %d completed records, %d of them queued", i, completed, live)
+		}
+		sh.mu.Unlock()
+	}
+	if n := s.Len(); n != total {
+		t.Errorf("Len() = %d, but the shards hold %d entries", n, total)
+	}
+	if limit := 2*total + numShards*65; queued > limit {
+		t.Errorf("completion queues hold %d references for %d entries (limit %d)", queued, total, limit)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	s := New()
+	defer s.Close()
+	if s.c.max != 100_000 || DefaultMaxRecords != 100_000 {
+		t.Errorf("max records %d (DefaultMaxRecords %d), want 100000", s.c.max, DefaultMaxRecords)
+	}
+	if s.c.interval != time.Minute || DefaultJanitorInterval != time.Minute {
+		t.Errorf("janitor interval %v (DefaultJanitorInterval %v), want 1m", s.c.interval, DefaultJanitorInterval)
+	}
+	// The default clock is the wall clock.
+	before := time.Now()
+	got := s.c.now()
+	if got.Before(before) || got.Sub(before) > time.Hour {
+		t.Errorf("default clock reads %v at %v", got, before)
+	}
+
+	// And the default bound holds: 100,000 live claims fill the store.
+	for i := range DefaultMaxRecords {
+		if _, err := s.Claim(t.Context(), fmt.Sprint("k", i), claimOf("t")); err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+	}
+	if _, err := s.Claim(t.Context(), "one-more", claimOf("t")); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("claim past the default bound: error %v, want store.ErrFull", err)
+	}
+	if s.Len() != DefaultMaxRecords {
+		t.Fatalf("Len() = %d, want %d", s.Len(), DefaultMaxRecords)
+	}
+}
+
+func TestOptionsPanic(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  Option
+	}{
+		{"MaxRecordsZero", WithMaxRecords(0)},
+		{"MaxRecordsNegative", WithMaxRecords(-1)},
+		{"NilClock", WithClock(nil)},
+		{"JanitorIntervalZero", WithJanitorInterval(0)},
+		{"JanitorIntervalNegative", WithJanitorInterval(-time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				msg, _ := r.(string)
+				if !strings.HasPrefix(msg, "idemkey: memory: ") {
+					t.Fatalf("New panicked with %#v, want a message starting %q", r, "idemkey: memory: ")
+				}
+			}()
+			s := New(tc.opt)
+			s.Close()
+		})
+	}
+}
+
+func TestOptionsApplied(t *testing.T) {
+	clock := newFakeClock()
+	s := New(WithMaxRecords(7), WithClock(clock.Now), WithJanitorInterval(3*time.Second), nil)
+	defer s.Close()
+	if s.c.max != 7 || s.c.interval != 3*time.Second || !s.c.now().Equal(clock.Now()) {
+		t.Errorf("options not applied: max %d, interval %v, clock %v", s.c.max, s.c.interval, s.c.now())
+	}
+}
+
+func TestBadArguments(t *testing.T) {
+	s := New(WithClock(newFakeClock().Now))
+	defer s.Close()
+	ctx := t.Context()
+	if _, err := s.Claim(ctx, "k", store.Claim{Token: "a", TTL: 0}); err == nil {
+		t.Error("Claim with a zero TTL: no error")
+	}
+	if s.Len() != 0 {
+		t.Fatalf("a refused claim left %d entries", s.Len())
+	}
+	mustClaim(t, s, "k", "a", store.Claimed)
+	if err := s.Complete(ctx, "k", "a", nil, time.Hour); err == nil {
+		t.Error("Complete with a nil record: no error")
+	}
+	if err := s.Complete(ctx, "k", "a", &store.Record{Status: 200}, 0); err == nil {
+		t.Error("Complete with a zero retention: no error")
+	}
+	if err := s.Extend(ctx, "k", "a", -time.Second); err == nil {
+		t.Error("Extend with a negative TTL: no error")
+	}
+	res := mustClaim(t, s, "k", "b", store.InFlight)
+	if res.TTL != time.Hour {
+		t.Errorf("refused calls changed the claim: TTL %v, want 1h", res.TTL)
+	}
+}
+
+func TestLazyExpiry(t *testing.T) {
+	clock := newFakeClock()
+	s := New(WithClock(clock.Now))
+	defer s.Close()
+	mustClaim(t, s, "claim", "a", store.Claimed)
+	mustClaim(t, s, "record", "a", store.Claimed)
+	mustComplete(t, s, "record", "a", 2*time.Hour)
+	clock.Advance(3 * time.Hour)
+	// Nothing has touched them yet, and the janitor has not run.
+	if s.Len() != 2 {
+		t.Fatalf("Len() = %d before any access, want 2", s.Len())
+	}
+	// The owner of a lapsed claim finds it gone, and that removes it.
+	if err := s.Complete(t.Context(), "claim", "a", &store.Record{}, time.Hour); !errors.Is(err, store.ErrNotOwner) {
+		t.Fatalf("Complete of a lapsed claim: %v, want store.ErrNotOwner", err)
+	}
+	if held(s, "claim") || s.Len() != 1 {
+		t.Fatalf("a lapsed claim stayed after an access: Len() = %d", s.Len())
+	}
+	// A claim on a lapsed record replaces it.
+	mustClaim(t, s, "record", "b", store.Claimed)
+	if s.Len() != 1 {
+		t.Fatalf("Len() = %d, want 1", s.Len())
+	}
+	checkInvariants(t, s)
+}
+
+func TestEvictsOldestCompleted(t *testing.T) {
+	clock := newFakeClock()
+	s := New(WithMaxRecords(3), WithClock(clock.Now))
+	defer s.Close()
+	// Claimed in one order, completed in another: completion decides.
+	for _, k := range []string{"b", "a", "c"} {
+		mustClaim(t, s, k, "t-"+k, store.Claimed)
+	}
+	for _, k := range []string{"a", "c", "b"} {
+		mustComplete(t, s, k, "t-"+k, time.Hour)
+		clock.Advance(time.Second)
+	}
+	mustClaim(t, s, "d", "t-d", store.Claimed)
+	if held(s, "a") || !held(s, "b") || !held(s, "c") || !held(s, "d") {
+		t.Fatalf("after one eviction: a %v b %v c %v d %v, want only a gone", held(s, "a"), held(s, "b"), held(s, "c"), held(s, "d"))
+	}
+	mustClaim(t, s, "e", "t-e", store.Claimed)
+	if held(s, "c") || !held(s, "b") {
+		t.Fatalf("after a second eviction: b %v c %v, want c gone and b kept", held(s, "b"), held(s, "c"))
+	}
+	// Kept records still replay.
+	mustClaim(t, s, "b", "other", store.Completed)
+	if s.Len() != 3 {
+		t.Fatalf("Len() = %d, want 3", s.Len())
+	}
+	checkInvariants(t, s)
+}
+
+func TestEvictsOldestCompletedWithoutClockTicks(t *testing.T) {
+	// Completions at one instant still evict in completion order.
+	s := New(WithMaxRecords(50), WithClock(newFakeClock().Now))
+	defer s.Close()
+	for i := range 50 {
+		k := fmt.Sprint("k", i)
+		mustClaim(t, s, k, "t", store.Claimed)
+		mustComplete(t, s, k, "t", time.Hour)
+	}
+	for i := range 20 {
+		mustClaim(t, s, fmt.Sprint("new", i), "t", store.Claimed)
+	}
+	for i := range 50 {
+		if got, want := held(s, fmt.Sprint("k", i)), i >= 20; got != want {
+			t.Errorf("k%d held %v, want %v", i, got, want)
+		}
+	}
+	checkInvariants(t, s)
+}
+
+func TestNeverEvictsClaims(t *testing.T) {
+	clock := newFakeClock()
+	s := New(WithMaxRecords(3), WithClock(clock.Now))
+	defer s.Close()
+	mustClaim(t, s, "x", "t-x", store.Claimed)
+	mustClaim(t, s, "y", "t-y", store.Claimed)
+	mustClaim(t, s, "z", "t-z", store.Claimed)
+	mustComplete(t, s, "z", "t-z", time.Hour)
+	mustClaim(t, s, "w", "t-w", store.Claimed) // evicts the record z
+	if held(s, "z") {
+		t.Fatal("the completed record z was not evicted")
+	}
+	// Only live claims remain: nothing may go.
+	for range 2 {
+		if _, err := s.Claim(t.Context(), "v", claimOf("t-v")); !errors.Is(err, store.ErrFull) {
+			t.Fatalf("claim in a store full of claims: %v, want store.ErrFull", err)
+		}
+	}
+	for _, k := range []string{"x", "y", "w"} {
+		mustClaim(t, s, k, "someone else", store.InFlight)
+	}
+	if held(s, "v") || s.Len() != 3 {
+		t.Fatalf("a refused claim changed the store: Len() = %d", s.Len())
+	}
+	// Room made by the owner is room again.
+	if err := s.Release(t.Context(), "x", "t-x"); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, s, "v", "t-v", store.Claimed)
+	checkInvariants(t, s)
+}
+
+func TestFullStoreDropsExpiredFirst(t *testing.T) {
+	clock := newFakeClock()
+	s := New(WithMaxRecords(3), WithClock(clock.Now))
+	defer s.Close()
+	ctx := t.Context()
+	// The oldest record outlives a younger one and an abandoned claim.
+	mustClaim(t, s, "old", "t", store.Claimed)
+	mustComplete(t, s, "old", "t", time.Hour)
+	mustClaim(t, s, "young", "t", store.Claimed)
+	mustComplete(t, s, "young", "t", time.Second)
+	if _, err := s.Claim(ctx, "abandoned", store.Claim{Token: "t", TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Second)
+	mustClaim(t, s, "new-1", "t", store.Claimed)
+	mustClaim(t, s, "new-2", "t", store.Claimed)
+	if !held(s, "old") {
+		t.Fatal("a live record was evicted while expired entries took room")
+	}
+	if held(s, "young") || held(s, "abandoned") {
+		t.Fatal("expired entries survived a full store")
+	}
+	checkInvariants(t, s)
+
+	// A store full of claims that have all lapsed takes new ones.
+	s2 := New(WithMaxRecords(2), WithClock(clock.Now))
+	defer s2.Close()
+	for _, k := range []string{"a", "b"} {
+		if _, err := s2.Claim(ctx, k, store.Claim{Token: "t", TTL: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s2.Claim(ctx, "c", claimOf("t")); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("claim in a full store: %v, want store.ErrFull", err)
+	}
+	clock.Advance(2 * time.Second)
+	mustClaim(t, s2, "c", "t", store.Claimed)
+	mustClaim(t, s2, "d", "t", store.Claimed)
+	checkInvariants(t, s2)
+}
+
+func TestJanitor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(WithJanitorInterval(time.Second))
+		ctx := context.Background()
+		if _, err := s.Claim(ctx, "claim", store.Claim{Token: "t", TTL: 1500 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		mustClaim(t, s, "record", "t", store.Claimed)
+		mustComplete(t, s, "record", "t", 3500*time.Millisecond)
+		mustClaim(t, s, "live", "t", store.Claimed)
+
+		time.Sleep(1700 * time.Millisecond) // the claim lapsed at 1.5s; the janitor last ran at 1s
+		synctest.Wait()
+		if s.Len() != 3 {
+			t.Fatalf("at 1.7s Len() = %d, want 3: nothing has removed the lapsed claim yet", s.Len())
+		}
+		time.Sleep(time.Second) // the janitor ran at 2s
+		synctest.Wait()
+		if s.Len() != 2 || held(s, "claim") {
+			t.Fatalf("at 2.7s Len() = %d, want 2: the janitor should have removed the lapsed claim", s.Len())
+		}
+		time.Sleep(2 * time.Second) // the record lapsed at 3.5s, the janitor ran at 4s
+		synctest.Wait()
+		if s.Len() != 1 || held(s, "record") || !held(s, "live") {
+			t.Fatalf("at 4.7s Len() = %d, want 1: the janitor should have removed the lapsed record", s.Len())
+		}
+		checkInvariants(t, s)
+
+		// Close stops the janitor; synctest fails the test if it leaks.
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		// The store still answers after Close.
+		mustClaim(t, s, "live", "t", store.Mine)
+	})
+}
+
+func TestCloseStopsJanitor(t *testing.T) {
+	s := New()
+	done := s.c.done
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	default:
+		t.Fatal("Close returned before the janitor exited")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	mustClaim(t, s, "k", "t", store.Claimed)
+}
+
+func TestUnreachableStoreStopsJanitor(t *testing.T) {
+	done := func() chan struct{} {
+		s := New()
+		mustClaim(t, s, "k", "t", store.Claimed)
+		return s.c.done
+	}()
+	// The cleanup runs some time after a collection finds the store
+	// unreachable; wait for it, but not forever.
+	for range 500 {
+		runtime.GC()
+		select {
+		case <-done:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatal("the janitor of an unreachable store kept running")
+}
+
+func TestKeptRecordIsShared(t *testing.T) {
+	s := New()
+	defer s.Close()
+	body := make([]byte, 4, 64)
+	copy(body, "body")
+	values := make([]string, 1, 8)
+	values[0] = "a"
+	rec := &store.Record{Status: 200, Header: http.Header{"X-A": values}, Body: body}
+	mustClaim(t, s, "k", "t", store.Claimed)
+	if err := s.Complete(t.Context(), "k", "t", rec, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	res := mustClaim(t, s, "k", "u", store.Completed)
+	if res.Record != rec {
+		t.Fatal("Claim returned a different record from the one Complete was given")
+	}
+	if cap(rec.Body) != len(rec.Body) || cap(rec.Header["X-A"]) != len(rec.Header["X-A"]) {
+		t.Fatalf("Complete left spare capacity: body %d/%d, header values %d/%d",
+			len(rec.Body), cap(rec.Body), len(rec.Header["X-A"]), cap(rec.Header["X-A"]))
+	}
+	// Appends to slices copied out of the kept record allocate anew
+	// instead of writing into the spare room of the caller's arrays.
+	out := http.Header{"X-A": res.Record.Header["X-A"]}
+	out.Add("X-A", "b")
+	if spare := values[:2][1]; spare != "" {
+		t.Errorf("an append to copied header values wrote %q into the kept record's array", spare)
+	}
+	_ = append(res.Record.Body, "tail"...)
+	if spare := string(body[4:8]); spare != "\x00\x00\x00\x00" {
+		t.Errorf("an append to the copied body wrote %q into the kept record's array", spare)
+	}
+}
+
+// TestStaleQueueBounded keeps records lapsing and being claimed again
+// behind long-lived ones, in a store that is never full, and checks that
+// the references they leave behind are dropped.
+func TestStaleQueueBounded(t *testing.T) {
+	clock := newFakeClock()
+	s := New(WithClock(clock.Now))
+	defer s.Close()
+	for i := range 4 * numShards {
+		k := fmt.Sprint("anchor", i)
+		mustClaim(t, s, k, "t", store.Claimed)
+		mustComplete(t, s, k, "t", time.Hour)
+	}
+	for i := range 20_000 {
+		k := fmt.Sprint("k", i%100)
+		mustClaim(t, s, k, "t", store.Claimed)
+		mustComplete(t, s, k, "t", time.Millisecond)
+		clock.Advance(2 * time.Millisecond)
+	}
+	checkInvariants(t, s)
+}
+
+// TestChurn drives many keys with mixed lives through claims, completions,
+// releases, lapses and evictions, and checks the bookkeeping throughout.
+func TestChurn(t *testing.T) {
+	clock := newFakeClock()
+	s := New(WithMaxRecords(300), WithClock(clock.Now))
+	defer s.Close()
+	ctx := t.Context()
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 20_000 {
+		key := fmt.Sprint("k", r.IntN(600))
+		tok := fmt.Sprint("t", i)
+		ttl := time.Duration(1+r.IntN(5)) * time.Second
+		res, err := s.Claim(ctx, key, store.Claim{Token: tok, TTL: ttl})
+		if errors.Is(err, store.ErrFull) {
+			clock.Advance(time.Second)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.State == store.Claimed {
+			switch r.IntN(4) {
+			case 0:
+				err = s.Release(ctx, key, tok)
+			case 1:
+				// Left to lapse.
+			case 2:
+				err = s.Complete(ctx, key, tok, &store.Record{}, time.Hour)
+			default:
+				err = s.Complete(ctx, key, tok, &store.Record{}, time.Duration(1+r.IntN(3))*time.Second)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		clock.Advance(time.Duration(r.IntN(200)) * time.Millisecond)
+		if i%1000 == 0 {
+			checkInvariants(t, s)
+			if s.Len() > 300 {
+				t.Fatalf("Len() = %d over the bound of 300", s.Len())
+			}
+		}
+	}
+	checkInvariants(t, s)
+}
+
+// TestConcurrentEviction races claims, completions and releases on a small
+// store, so that evictions race with everything else.
+func TestConcurrentEviction(t *testing.T) {
+	clock := newFakeClock()
+	const max, workers = 64, 8
+	s := New(WithMaxRecords(max), WithClock(clock.Now))
+	defer s.Close()
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := range 3000 {
+				key := fmt.Sprint("k", r.IntN(500))
+				tok := fmt.Sprint(w, "-", i)
+				res, err := s.Claim(ctx, key, store.Claim{Token: tok, TTL: time.Minute})
+				if err != nil {
+					// Each worker holds at most one claim at a time, so the
+					// store always has records to evict.
+					t.Errorf("Claim: %v", err)
+					return
+				}
+				if res.State != store.Claimed {
+					continue
+				}
+				if r.IntN(3) == 0 {
+					err = s.Release(ctx, key, tok)
+				} else {
+					err = s.Complete(ctx, key, tok, &store.Record{Body: []byte(key)}, time.Minute)
+				}
+				if err != nil {
+					t.Errorf("finishing an owned claim: %v", err)
+					return
+				}
+				if i%100 == 0 {
+					clock.Advance(time.Second)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if s.Len() > max {
+		t.Fatalf("Len() = %d over the bound of %d", s.Len(), max)
+	}
+	checkInvariants(t, s)
+}

@@ -1,0 +1,94 @@
+package memory
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults of the options.
+const (
+	// DefaultMaxRecords is the bound on claims and records together when
+	// WithMaxRecords is not given.
+	DefaultMaxRecords = 100_000
+	// DefaultJanitorInterval is how often expired entries are removed when
+	// WithJanitorInterval is not given.
+	DefaultJanitorInterval = time.Minute
+)
+
+// Option configures a Store. Options are applied by New in order; a later
+// option overrides an earlier one of the same kind.
+type Option func(*config)
+
+type config struct {
+	maxRecords int
+	now        func() time.Time
+	interval   time.Duration
+	// defaultClock reports that now is time.Now.
+	defaultClock bool
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		maxRecords:   DefaultMaxRecords,
+		now:          time.Now,
+		interval:     DefaultJanitorInterval,
+		defaultClock: true,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c
+}
+
+// WithMaxRecords bounds how many claims and completed records the store
+// holds together. The default is DefaultMaxRecords (100,000).
+//
+// When the store is full, a claim on a new key first removes expired
+// entries (a full pass over the store, made at most once a second of the
+// store's clock), then evicts the record that was completed longest ago.
+// A live claim is never evicted: when only live claims remain, Claim
+// returns store.ErrFull.
+//
+// n must be positive; New panics otherwise.
+func WithMaxRecords(n int) Option {
+	return func(c *config) {
+		if n <= 0 {
+			panic(fmt.Sprintf("idemkey: memory: WithMaxRecords(%d): the bound must be positive", n))
+		}
+		c.maxRecords = n
+	}
+}
+
+// WithClock sets the clock the store measures claim and retention lives
+// against. The default is time.Now. Tests pass a fake clock to move time
+// forward without waiting. The clock must be safe for concurrent use;
+// readings are compared with time.Time.Sub, so a clock that carries
+// monotonic readings (as time.Now does) is immune to wall-clock steps.
+//
+// now must not be nil; New panics otherwise.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now == nil {
+			panic("idemkey: memory: WithClock(nil): the clock must not be nil")
+		}
+		c.now, c.defaultClock = now, false
+	}
+}
+
+// WithJanitorInterval sets how often the store's background janitor
+// removes expired claims and records. The default is
+// DefaultJanitorInterval (1 minute). Expiry does not wait for the janitor:
+// every access checks the entry it touches against the clock, so the
+// interval only bounds how long expired entries keep their memory.
+//
+// d must be positive; New panics otherwise.
+func WithJanitorInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			panic(fmt.Sprintf("idemkey: memory: WithJanitorInterval(%v): the interval must be positive", d))
+		}
+		c.interval = d
+	}
+}
