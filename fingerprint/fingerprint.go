@@ -9,7 +9,10 @@
 // insignificant whitespace, the spelling of a string escape, the case of a
 // media type) never make two requests differ. Where the two pull against
 // each other the first wins: a fingerprint may differ for requests a
-// handler would treat alike, never the other way round.
+// handler would treat alike, never the other way round. So JSON members
+// whose names a case-insensitive decoder could take for one another ("id"
+// and "ID", or a name and its duplicate) keep their relative order; see
+// CanonicalJSON.
 //
 // # What a fingerprint covers
 //
@@ -28,23 +31,21 @@
 //     b=2&a=1 and a=1&b=2 are the same, and so are a=%41 and a=A, but
 //     a=1&a=2 and a=2&a=1 differ. A query url.ParseQuery rejects (a ';', a
 //     malformed escape) is covered as its raw bytes under the tag 'q'.
-//   - MediaType ('T'): the Content-Type header, parsed by RFC 9110: the
-//     type/subtype in lower case, then its parameters sorted by name (names
-//     in lower case, quoted values without their quotes but with their
-//     backslash escapes as written, the charset value in lower case), each
-//     length-prefixed. Parameters are kept, not dropped: a
-//     charset changes what the body's bytes say and a multipart boundary how
-//     it splits. A header that does not parse is covered as its raw value
-//     under the tag 't', and its body as raw bytes. A missing header is the
-//     empty media type.
-//   - Body: canonical by media type.
-//     application/json and every +json type: the CanonicalJSON form (tag
-//     'J'); a body that is not valid JSON, or nests deeper than MaxDepth, is
-//     covered as its raw bytes under the tag 'j', so it never collides with a
-//     valid one.
+//   - MediaType ('T'): the Content-Type header parsed by RFC 9110: the
+//     length-prefixed type/subtype in lower case, then its parameters sorted
+//     by name as for Query (names in lower case; quoted values without their
+//     quotes, backslash escapes kept as written; the charset value in lower
+//     case). Parameters are kept, not dropped: a charset changes what the
+//     body's bytes say, a multipart boundary where it splits. A header that
+//     does not parse is covered as its raw value under the tag 't', and its
+//     body as raw bytes. A missing header is the empty media type.
+//   - Body, read by its media type. application/json and every +json type:
+//     the CanonicalJSON form (tag 'J'); a body that is not valid JSON, or
+//     nests deeper than MaxDepth, is covered as its raw bytes under the tag
+//     'j', so it never collides with a valid one.
 //     application/x-www-form-urlencoded: the pairs as for Query (tag 'F');
-//     a body url.ParseQuery rejects is its raw bytes under 'f'.
-//     Anything else: the raw bytes (tag 'B').
+//     a body url.ParseQuery rejects is its raw bytes under 'f'. Anything
+//     else: the raw bytes (tag 'B'). An empty body is an empty field.
 //
 // The host, the headers other than Content-Type, and the Idempotency-Key
 // itself are not covered. Fingerprints are kept in the store, so this layout

@@ -30,6 +30,10 @@ var jsonSeeds = []string{
 	`[1, 1.0, 1e2, 1E2, 100, -0, 0.5e-3]`,
 	" {\n\t\"a\" : [ 1 , 2 ] ,\r\n \"b\" : { } }\n",
 	`{"a":1,}`, `[1,]`, `01`, `"\u12"`, `{"a"}`, "\"a\x01\"",
+	`{"b":[{"y":"\u00e9","x":[1,{"q":0,"p":"\ud834\udd1e"}]}],"a":{"c":-1.5E-3}}`,
+	`{"\u0062":1,"a\/b":2,"A":3,"a":4,"_a":5,"\u0000":6,"\"":7}`,
+	`[{"b":1,"a":{"d":{"f":1,"e":2},"c":3}},{"z":{},"y":[]}]`,
+	string(benchJSON(400)),
 	strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth),
 	strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1),
 }

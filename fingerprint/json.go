@@ -14,7 +14,8 @@ import (
 // MaxDepth is the deepest nesting of arrays and objects CanonicalJSON
 // accepts: a document whose containers nest more than 1000 levels deep is
 // rejected with ErrTooDeep, and its fingerprint covers its raw bytes. The
-// bound keeps the work of canonicalising a hostile body linear in its size.
+// bound keeps a hostile body from driving the reader's recursion deep; the
+// work stays linear in the size of the body at any depth.
 const MaxDepth = 1000
 
 // Errors CanonicalJSON wraps. Match them with errors.Is.
@@ -45,17 +46,18 @@ var (
 //     different numbers, because a reader can tell them apart.
 //   - Object members are ordered by name. Names are compared after folding
 //     them the way a case-insensitive decoder matches names: decoded,
-//     invalid UTF-8 and lone surrogates read as U+FFFD, '_' and '-' dropped,
-//     letters case-folded (encoding/json matches struct fields this way).
+//     invalid UTF-8 and lone surrogates read as U+FFFD, letters case-folded
+//     (encoding/json matches struct fields ignoring case), '_' and '-'
+//     dropped (as encoding/json/v2 does when it matches names that way).
 //     Members whose names fold to the same value (exact duplicates, but
 //     also "id" and "ID") keep their relative order and are never merged,
 //     because a decoder that lets the last of them win would see different
 //     values. So {"a":1,"a":2} and {"a":2,"a":1} stay different.
 //   - Array elements keep their order.
 //
-// On error dst is returned unchanged in length (bytes past its length may
-// have been written) with an error that wraps ErrInvalidJSON or ErrTooDeep
-// and names the byte offset in src where reading stopped.
+// On error dst is returned as it was, with an error that wraps
+// ErrInvalidJSON or ErrTooDeep and names the byte offset in src where
+// reading stopped.
 func CanonicalJSON(dst, src []byte) ([]byte, error) {
 	s := getScratch()
 	defer putScratch(s)
