@@ -25,6 +25,12 @@ import (
 // Store keeps claims and completed records. Implementations are safe for
 // concurrent use. A key is the name KeyName returns; implementations treat it
 // as opaque.
+//
+// A store that does I/O bounds every call by its own time budget (well under
+// a second), whatever its client's retries do, and honours ctx: the
+// middleware calls Complete and Release with a context that the client's
+// hang-up does not cancel, so the store's budget is what ends them. Backend
+// failures wrap ErrUnavailable.
 type Store interface {
 	// Claim atomically claims key for c.Token when nobody holds it, and
 	// otherwise reports what holds it. It is a single round trip to the

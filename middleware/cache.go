@@ -1,0 +1,96 @@
+package middleware
+
+import (
+	"container/list"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/idemkey/idemkey/store"
+)
+
+// replayCache is a bounded in-process LRU of completed records, keyed by
+// store key. A completed record never changes, so a cached one is exactly
+// what the store would answer, for as long as the entry's life (never past
+// the record's own retention).
+type replayCache struct {
+	seed   maphash.Seed
+	shards [cacheShards]cacheShard
+	ttl    time.Duration
+	now    func() time.Time
+}
+
+const cacheShards = 16
+
+type cacheShard struct {
+	mu    sync.Mutex
+	max   int
+	items map[string]*list.Element
+	order list.List // front: most recently used
+}
+
+type cacheEntry struct {
+	key     string
+	rec     *store.Record
+	expires time.Time
+}
+
+func newReplayCache(size int, ttl time.Duration) *replayCache {
+	c := &replayCache{seed: maphash.MakeSeed(), ttl: ttl, now: time.Now}
+	per := max(1, (size+cacheShards-1)/cacheShards)
+	for i := range c.shards {
+		c.shards[i].max = per
+		c.shards[i].items = make(map[string]*list.Element)
+	}
+	return c
+}
+
+func (c *replayCache) shard(key string) *cacheShard {
+	return &c.shards[maphash.String(c.seed, key)%cacheShards]
+}
+
+// get returns the cached record for key, if there is a live one.
+func (c *replayCache) get(key string) *store.Record {
+	s := c.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	el, ok := s.items[key]
+	if !ok {
+		return nil
+	}
+	e := el.Value.(*cacheEntry)
+	if !c.now().Before(e.expires) {
+		s.order.Remove(el)
+		delete(s.items, key)
+		return nil
+	}
+	s.order.MoveToFront(el)
+	return e.rec
+}
+
+// put caches rec under key until the cache's TTL or the end of the record's
+// retention, whichever comes first.
+func (c *replayCache) put(key string, rec *store.Record, retention time.Duration) {
+	now := c.now()
+	expires := now.Add(c.ttl)
+	if end := rec.CompletedAt.Add(retention); end.Before(expires) {
+		expires = end
+	}
+	if !now.Before(expires) {
+		return
+	}
+	s := c.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if el, ok := s.items[key]; ok {
+		el.Value = &cacheEntry{key: key, rec: rec, expires: expires}
+		s.order.MoveToFront(el)
+		return
+	}
+	s.items[key] = s.order.PushFront(&cacheEntry{key: key, rec: rec, expires: expires})
+	if s.order.Len() > s.max {
+		last := s.order.Back()
+		s.order.Remove(last)
+		delete(s.items, last.Value.(*cacheEntry).key)
+	}
+}

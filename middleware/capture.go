@@ -1,0 +1,273 @@
+package middleware
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// capture is the ResponseWriter a claimed request's handler writes to.
+//
+// It holds the response (status, the headers as they were when the status
+// was written, and up to limit bytes of body) and sends nothing until the
+// handler returns, so that the middleware can keep the record before the
+// client sees the answer. A handler that flushes, or writes past the limit,
+// switches it to streaming: what was held goes out, and the rest passes
+// straight through while the first limit bytes are still teed for the
+// record (past the limit the record omits the body). Informational (1xx)
+// responses pass straight through.
+//
+// The value the handler sees is built by wrap: it has Flush, Hijack and
+// ReadFrom exactly when the wrapped writer has them, and always Unwrap for
+// http.ResponseController.
+type capture struct {
+	w     http.ResponseWriter
+	limit int
+	keep  func(string) bool
+
+	status    int         // final status; 0 until written
+	kept      http.Header // headers that may be replayed, snapshotted with the status
+	body      []byte      // the held or teed body, up to limit
+	overflow  bool        // the body passed limit: the record omits it
+	streaming bool        // the response has started to go out
+	hijacked  bool
+	// after holds header changes made after the status was written while
+	// the response is still held, so that they cannot alter the headers
+	// that go out; trailers set there are copied over when it is sent.
+	after http.Header
+}
+
+func (c *capture) Header() http.Header {
+	if c.status != 0 && !c.streaming && !c.hijacked {
+		if c.after == nil {
+			c.after = c.w.Header().Clone()
+		}
+		return c.after
+	}
+	return c.w.Header()
+}
+
+func (c *capture) WriteHeader(code int) {
+	if c.hijacked || c.status != 0 {
+		return
+	}
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	if code < 200 && code != http.StatusSwitchingProtocols {
+		c.w.WriteHeader(code)
+		return
+	}
+	c.status = code
+	c.kept = keptHeader(c.w.Header(), c.keep)
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	return write(c, p, http.ResponseWriter.Write)
+}
+
+func (c *capture) WriteString(s string) (int, error) {
+	return write(c, s, writeString)
+}
+
+func writeString(w http.ResponseWriter, s string) (int, error) { return io.WriteString(w, s) }
+
+// write is the one capture path for Write, WriteString and ReadFrom; out
+// writes p to the wrapped writer.
+func write[T string | []byte](c *capture, p T, out func(http.ResponseWriter, T) (int, error)) (int, error) {
+	if c.hijacked {
+		return 0, http.ErrHijacked
+	}
+	if c.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	if !bodyAllowed(c.status) {
+		return 0, http.ErrBodyNotAllowed
+	}
+	if !c.overflow {
+		if len(c.body)+len(p) <= c.limit {
+			c.body = append(c.body, p...)
+			if !c.streaming {
+				return len(p), nil
+			}
+		} else {
+			c.overflow = true
+			if !c.streaming {
+				if err := c.send(false); err != nil {
+					return 0, err
+				}
+			}
+			c.body = nil
+		}
+	}
+	return out(c.w, p)
+}
+
+// send starts the response: the status and headers, then the held body.
+// whole says the handler has returned, so the held body is all there is.
+func (c *capture) send(whole bool) error {
+	c.streaming = true
+	if c.status == 0 {
+		c.status = http.StatusOK
+		c.kept = keptHeader(c.w.Header(), c.keep)
+	}
+	h := c.w.Header()
+	if whole && bodyAllowed(c.status) && h.Get("Content-Length") == "" && h.Get("Transfer-Encoding") == "" {
+		// Say how long the body is rather than chunk it.
+		h.Set("Content-Length", strconv.Itoa(len(c.body)))
+	}
+	c.w.WriteHeader(c.status)
+	c.copyTrailers()
+	if len(c.body) == 0 {
+		return nil
+	}
+	_, err := c.w.Write(c.body)
+	return err
+}
+
+// finish sends what is still held, once the handler has returned.
+func (c *capture) finish() {
+	if c.hijacked {
+		return
+	}
+	if !c.streaming {
+		c.send(true)
+		return
+	}
+	c.copyTrailers()
+}
+
+// copyTrailers moves trailer values set in after to the wrapped writer.
+func (c *capture) copyTrailers() {
+	if c.after == nil {
+		return
+	}
+	h := c.w.Header()
+	declared := h.Values("Trailer")
+	for k, v := range c.after {
+		if strings.HasPrefix(k, http.TrailerPrefix) || declaredTrailer(declared, k) {
+			h[k] = v
+		}
+	}
+}
+
+func declaredTrailer(declared []string, name string) bool {
+	for _, d := range declared {
+		for f := range strings.SplitSeq(d, ",") {
+			if http.CanonicalHeaderKey(strings.TrimSpace(f)) == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// FlushError flushes through to the client, switching to streaming; it is
+// what http.ResponseController.Flush calls. It returns an error matching
+// http.ErrNotSupported when the wrapped writer cannot flush.
+func (c *capture) FlushError() error {
+	if c.hijacked {
+		return http.ErrHijacked
+	}
+	if !c.streaming {
+		if err := c.send(false); err != nil {
+			return err
+		}
+	}
+	return http.NewResponseController(c.w).Flush()
+}
+
+// Unwrap returns the wrapped writer, for http.ResponseController.
+func (c *capture) Unwrap() http.ResponseWriter { return c.w }
+
+func (c *capture) flush() { c.FlushError() }
+
+func (c *capture) hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := c.w.(http.Hijacker).Hijack()
+	if err == nil {
+		c.hijacked = true
+	}
+	return conn, rw, err
+}
+
+func (c *capture) readFrom(src io.Reader) (int64, error) {
+	if c.streaming && c.overflow {
+		// Nothing more is captured: let the wrapped writer copy directly.
+		return c.w.(io.ReaderFrom).ReadFrom(src)
+	}
+	return io.Copy(writerOnly{c}, src)
+}
+
+// writerOnly hides capture's other methods from io.Copy.
+type writerOnly struct{ io.Writer }
+
+func bodyAllowed(status int) bool {
+	return status != http.StatusNoContent && status != http.StatusNotModified && status >= 200
+}
+
+type (
+	flusher    struct{ c *capture }
+	hijacker   struct{ c *capture }
+	readerFrom struct{ c *capture }
+)
+
+func (f flusher) Flush() { f.c.flush() }
+func (h hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return h.c.hijack()
+}
+func (r readerFrom) ReadFrom(src io.Reader) (int64, error) { return r.c.readFrom(src) }
+
+// wrap returns the writer the handler sees: c, with exactly the optional
+// interfaces (http.Flusher, http.Hijacker, io.ReaderFrom) that c.w has.
+func wrap(c *capture) http.ResponseWriter {
+	_, f := c.w.(http.Flusher)
+	_, h := c.w.(http.Hijacker)
+	_, r := c.w.(io.ReaderFrom)
+	switch {
+	case f && h && r:
+		return struct {
+			*capture
+			http.Flusher
+			http.Hijacker
+			io.ReaderFrom
+		}{c, flusher{c}, hijacker{c}, readerFrom{c}}
+	case f && h:
+		return struct {
+			*capture
+			http.Flusher
+			http.Hijacker
+		}{c, flusher{c}, hijacker{c}}
+	case f && r:
+		return struct {
+			*capture
+			http.Flusher
+			io.ReaderFrom
+		}{c, flusher{c}, readerFrom{c}}
+	case h && r:
+		return struct {
+			*capture
+			http.Hijacker
+			io.ReaderFrom
+		}{c, hijacker{c}, readerFrom{c}}
+	case f:
+		return struct {
+			*capture
+			http.Flusher
+		}{c, flusher{c}}
+	case h:
+		return struct {
+			*capture
+			http.Hijacker
+		}{c, hijacker{c}}
+	case r:
+		return struct {
+			*capture
+			io.ReaderFrom
+		}{c, readerFrom{c}}
+	}
+	return c
+}

@@ -1,0 +1,332 @@
+package middleware_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkey/idemkey/middleware"
+)
+
+// interfaces reports which optional interfaces w has.
+func interfaces(w http.ResponseWriter) [3]bool {
+	_, f := w.(http.Flusher)
+	_, h := w.(http.Hijacker)
+	_, r := w.(io.ReaderFrom)
+	return [3]bool{f, h, r}
+}
+
+// servers yields a client and a URL for the same handler served three
+// ways: through httptest.ResponseRecorder, a real HTTP/1 server and an
+// HTTP/2 TLS server.
+type serverKind struct {
+	name  string
+	start func(t *testing.T, h http.Handler) (*http.Client, string)
+}
+
+var serverKinds = []serverKind{
+	{"http1", func(t *testing.T, h http.Handler) (*http.Client, string) {
+		s := httptest.NewServer(h)
+		t.Cleanup(s.Close)
+		return s.Client(), s.URL
+	}},
+	{"http2", func(t *testing.T, h http.Handler) (*http.Client, string) {
+		s := httptest.NewUnstartedServer(h)
+		s.EnableHTTP2 = true
+		s.StartTLS()
+		t.Cleanup(s.Close)
+		c := s.Client()
+		return c, s.URL
+	}},
+}
+
+func TestCaptureKeepsInterfacesOfEveryWriter(t *testing.T) {
+	f := newFixture(t)
+	var inner, outer [3]bool
+	probe := func(w http.ResponseWriter, r *http.Request) {
+		outer = interfaces(w)
+		if u, ok := w.(interface{ Unwrap() http.ResponseWriter }); !ok || u.Unwrap() == nil {
+			t.Error("no Unwrap")
+		}
+		w.WriteHeader(http.StatusCreated)
+	}
+	record := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			inner = interfaces(w)
+			next.ServeHTTP(w, r)
+		})
+	}
+	h := record(f.mw.Required()(http.HandlerFunc(probe)))
+
+	serve(h, post("rec", `{}`))
+	if inner != outer || inner != [3]bool{true, false, false} {
+		t.Errorf("recorder: inner %v, handler saw %v", inner, outer)
+	}
+	for _, k := range serverKinds {
+		t.Run(k.name, func(t *testing.T) {
+			client, url := k.start(t, h)
+			req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{}`))
+			req.Header.Set("Idempotency-Key", "iface-"+k.name)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			if inner != outer {
+				t.Errorf("inner %v, handler saw %v", inner, outer)
+			}
+			want := map[string][3]bool{"http1": {true, true, true}, "http2": {true, false, false}}[k.name]
+			if inner != want {
+				t.Errorf("inner writer %v, want %v (test assumption)", inner, want)
+			}
+		})
+	}
+}
+
+// TestFlushStreams shows that a handler's flush, through
+// http.ResponseController and through http.Flusher, sends what it has
+// written before it returns, and that the record is still kept.
+func TestFlushStreams(t *testing.T) {
+	for _, k := range serverKinds {
+		for _, how := range []string{"controller", "flusher"} {
+			t.Run(k.name+"/"+how, func(t *testing.T) {
+				f := newFixture(t)
+				proceed := make(chan struct{})
+				runs := 0
+				h := f.mw.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					runs++
+					w.Header().Set("Content-Type", "text/event-stream")
+					io.WriteString(w, "first\n")
+					if how == "controller" {
+						if err := http.NewResponseController(w).Flush(); err != nil {
+							t.Errorf("flush: %v", err)
+						}
+					} else {
+						w.(http.Flusher).Flush()
+					}
+					<-proceed
+					io.WriteString(w, "second\n")
+				}))
+				client, url := k.start(t, h)
+				do := func() *http.Response {
+					req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{}`))
+					req.Header.Set("Idempotency-Key", "stream")
+					resp, err := client.Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return resp
+				}
+				resp := do()
+				line, err := bufio.NewReader(resp.Body).ReadString('\n')
+				if err != nil || line != "first\n" {
+					t.Fatalf("read %q, %v before the handler returned", line, err)
+				}
+				close(proceed)
+				rest := readAll(t, resp.Body)
+				resp.Body.Close()
+				if rest != "second\n" {
+					t.Fatalf("rest %q", rest)
+				}
+				// The streamed response was kept once the handler returned.
+				var again *http.Response
+				for i := 0; i < 100; i++ {
+					again = do()
+					if again.StatusCode != http.StatusConflict {
+						break
+					}
+					again.Body.Close()
+					time.Sleep(10 * time.Millisecond)
+				}
+				body := readAll(t, again.Body)
+				again.Body.Close()
+				if again.Header.Get(middleware.HeaderReplayed) != "true" || body != "first\nsecond\n" || runs != 1 {
+					t.Fatalf("replay %d %q %q runs %d", again.StatusCode, again.Header.Get(middleware.HeaderReplayed), body, runs)
+				}
+			})
+		}
+	}
+}
+
+func TestRecorderFlushThroughController(t *testing.T) {
+	f := newFixture(t)
+	w := httptest.NewRecorder()
+	var sawBeforeReturn string
+	f.mw.Required()(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		io.WriteString(rw, "early")
+		if err := http.NewResponseController(rw).Flush(); err != nil {
+			t.Fatal(err)
+		}
+		sawBeforeReturn = w.Body.String()
+	})).ServeHTTP(w, post("k", `{}`))
+	if sawBeforeReturn != "early" || !w.Flushed {
+		t.Fatalf("before return the client had %q (flushed %v)", sawBeforeReturn, w.Flushed)
+	}
+}
+
+// TestHeldUntilKept shows that a response is not sent before it is kept:
+// the client sees nothing while the handler still runs.
+func TestHeldUntilKept(t *testing.T) {
+	f := newFixture(t)
+	w := httptest.NewRecorder()
+	var during int
+	f.mw.Required()(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.WriteHeader(http.StatusCreated)
+		io.WriteString(rw, "body")
+		during = w.Body.Len()
+		if w.Code != http.StatusOK {
+			t.Errorf("status %d sent before the handler returned", w.Code)
+		}
+	})).ServeHTTP(w, post("k", `{}`))
+	if during != 0 || w.Code != http.StatusCreated || w.Body.String() != "body" {
+		t.Fatalf("during %d, after %d %q", during, w.Code, w.Body)
+	}
+	if w.Header().Get("Content-Length") != "4" {
+		t.Errorf("Content-Length %q", w.Header().Get("Content-Length"))
+	}
+}
+
+func TestInformationalPassesThrough(t *testing.T) {
+	f := newFixture(t)
+	h := f.mw.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "done")
+	}))
+	s := httptest.NewServer(h)
+	defer s.Close()
+	var mu sync.Mutex
+	var got []int
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+		mu.Lock()
+		got = append(got, code)
+		mu.Unlock()
+		return nil
+	}}
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, s.URL, strings.NewReader(`{}`))
+	req.Header.Set("Idempotency-Key", "hints")
+	resp, err := s.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readAll(t, resp.Body)
+	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != http.StatusEarlyHints || resp.StatusCode != http.StatusCreated || body != "done" {
+		t.Fatalf("1xx %v, final %d %q", got, resp.StatusCode, body)
+	}
+}
+
+func TestReadFromAndWriteStringAreCaptured(t *testing.T) {
+	f := newFixture(t)
+	h := f.mw.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "a-")
+		w.(io.ReaderFrom).ReadFrom(strings.NewReader("b-"))
+		w.Write([]byte("c"))
+	}))
+	s := httptest.NewServer(h)
+	defer s.Close()
+	var bodies []string
+	for range 2 {
+		req, _ := http.NewRequest(http.MethodPost, s.URL, strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "rf")
+		resp, err := s.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, readAll(t, resp.Body))
+		resp.Body.Close()
+	}
+	if bodies[0] != "a-b-c" || bodies[1] != "a-b-c" {
+		t.Fatalf("bodies %q", bodies)
+	}
+}
+
+func TestHijackedConnectionIsNeverReplayed(t *testing.T) {
+	f := newFixture(t)
+	runs := 0
+	h := f.mw.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
+		buf.Flush()
+		conn.Close()
+	}))
+	s := httptest.NewServer(h)
+	defer s.Close()
+	// The client has its answer before the handler returns and releases
+	// the key, so wait for each release before the next request.
+	released := func(n int64) {
+		for i := 0; i < 500 && f.store.releases.Load() < n; i++ {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	for i := range int64(2) {
+		req, _ := http.NewRequest(http.MethodPost, s.URL, strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "hj")
+		resp, err := s.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := readAll(t, resp.Body); b != "hi" || resp.Header.Get(middleware.HeaderReplayed) != "" {
+			t.Fatalf("body %q replayed %q", b, resp.Header.Get(middleware.HeaderReplayed))
+		}
+		resp.Body.Close()
+		released(i + 1)
+	}
+	if runs != 2 || f.store.releases.Load() != 2 {
+		t.Fatalf("runs %d releases %d", runs, f.store.releases.Load())
+	}
+}
+
+// TestRetryTheMomentTheReplyArrives sends the repeat as soon as the first
+// response's headers reach the client: it must always find the record.
+func TestRetryTheMomentTheReplyArrives(t *testing.T) {
+	f := newFixture(t)
+	h := &counter{}
+	s := httptest.NewServer(f.mw.Required()(h))
+	defer s.Close()
+	tr := &http.Transport{MaxIdleConnsPerHost: 4}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	for i := range 50 {
+		key := "race-" + itoa(int64(i))
+		var statuses []int
+		var replayed string
+		for range 2 {
+			req, _ := http.NewRequest(http.MethodPost, s.URL, strings.NewReader(`{}`))
+			req.Header.Set("Idempotency-Key", key)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			statuses = append(statuses, resp.StatusCode)
+			replayed = resp.Header.Get(middleware.HeaderReplayed)
+			resp.Body.Close()
+		}
+		if statuses[0] != http.StatusCreated || statuses[1] != http.StatusCreated || replayed != "true" {
+			t.Fatalf("key %s: statuses %v, second replayed %q", key, statuses, replayed)
+		}
+	}
+	if h.runs.Load() != 50 {
+		t.Fatalf("runs %d", h.runs.Load())
+	}
+}

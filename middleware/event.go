@@ -1,0 +1,105 @@
+package middleware
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// EventKind names a decision the middleware made.
+type EventKind uint8
+
+// The decisions the middleware reports.
+const (
+	// EventFirstAttempt: the key was claimed and the handler runs.
+	EventFirstAttempt EventKind = iota + 1
+	// EventReplay: a kept response was replayed.
+	EventReplay
+	// EventInFlight: the key is held by a request still running (409).
+	EventInFlight
+	// EventKeyReused: the key is held for a different request (422).
+	EventKeyReused
+	// EventKeyMissing: a route that requires a key got none (400).
+	EventKeyMissing
+	// EventKeyInvalid: the key header was malformed (400).
+	EventKeyInvalid
+	// EventRequestTooLarge: the body was over the limit (413).
+	EventRequestTooLarge
+	// EventKept: the handler's response was kept for replay.
+	EventKept
+	// EventReleased: the handler's response was not kept (a server error,
+	// a panic, a hijacked connection); the key is free for a retry.
+	EventReleased
+	// EventOwnershipLost: the claim lapsed and another request took the
+	// key before this one finished; its response was not kept.
+	EventOwnershipLost
+	// EventStoreError: a store call failed. On a claim the request got 503
+	// (or ran without idempotency under WithFailOpen); on keep or release
+	// the claim is left to lapse.
+	EventStoreError
+)
+
+var eventNames = [...]string{"invalid", "first_attempt", "replay", "in_flight", "key_reused",
+	"key_missing", "key_invalid", "request_too_large", "kept", "released", "ownership_lost", "store_error"}
+
+// String returns the event's name in snake case, for logs and metric labels.
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return eventNames[0]
+}
+
+// Event is one decision.
+type Event struct {
+	Kind EventKind
+	// KeyDigest is the hex SHA-256 of the scope and key (the one in the
+	// store key name); "" before a key was read. Never the key itself.
+	KeyDigest string
+	// Status is the response status, when the event concerns a response.
+	Status int
+	// StoreLatency is how long the store call behind the event took, when
+	// there was one.
+	StoreLatency time.Duration
+	// Err is the store's error for EventStoreError and EventOwnershipLost.
+	Err error
+}
+
+// An Observer receives every decision, on the request goroutine, with the
+// request it concerns (its context and r.Pattern are there for adapters).
+type Observer func(r *http.Request, e Event)
+
+// SlogObserver returns an Observer that logs each event to l: store errors
+// and lost ownership at Warn, refusals (409, 422, 400, 413) at Info, the
+// rest at Debug. It logs the key digest, never the key.
+func SlogObserver(l *slog.Logger) Observer {
+	return func(r *http.Request, e Event) {
+		level := slog.LevelDebug
+		switch e.Kind {
+		case EventStoreError, EventOwnershipLost:
+			level = slog.LevelWarn
+		case EventInFlight, EventKeyReused, EventKeyMissing, EventKeyInvalid, EventRequestTooLarge:
+			level = slog.LevelInfo
+		}
+		ctx := r.Context()
+		if !l.Enabled(ctx, level) {
+			return
+		}
+		attrs := make([]slog.Attr, 0, 7)
+		attrs = append(attrs, slog.String("event", e.Kind.String()), slog.String("method", r.Method), slog.String("path", r.URL.Path))
+		if e.KeyDigest != "" {
+			attrs = append(attrs, slog.String("key_digest", e.KeyDigest))
+		}
+		if e.Status != 0 {
+			attrs = append(attrs, slog.Int("status", e.Status))
+		}
+		if e.StoreLatency != 0 {
+			attrs = append(attrs, slog.Duration("store_latency", e.StoreLatency))
+		}
+		if e.Err != nil {
+			attrs = append(attrs, slog.String("error", e.Err.Error()))
+		}
+		l.LogAttrs(context.WithoutCancel(ctx), level, "idemkey", attrs...)
+	}
+}

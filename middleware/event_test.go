@@ -1,0 +1,69 @@
+package middleware_test
+
+import (
+	"bytes"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/idemkey/idemkey/middleware"
+	"github.com/idemkey/idemkey/scope"
+	"github.com/idemkey/idemkey/store"
+)
+
+func TestSlogObserverLogsDigestNeverKey(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	f := newFixture(t, middleware.WithObserver(middleware.SlogObserver(log)))
+	mw := f.mw.Required()(&counter{})
+	const key = "very-secret-key-4711"
+	serve(mw, post(key, `{"card":"4242"}`))
+	serve(mw, post(key, `{"card":"4242"}`))
+	serve(mw, post(key, `{"card":"0000"}`))
+	out := buf.String()
+	if strings.Contains(out, key) || strings.Contains(out, "4242") {
+		t.Fatalf("log holds the key or body:\n%s", out)
+	}
+	d := store.Digest(scope.Anonymous, key)
+	digest := hex.EncodeToString(d[:])
+	for _, ev := range []string{"first_attempt", "kept", "replay", "key_reused"} {
+		if !strings.Contains(out, `"event":"`+ev+`"`) {
+			t.Errorf("no %s event in:\n%s", ev, out)
+		}
+	}
+	if strings.Count(out, digest) != 4 {
+		t.Fatalf("digest %s logged %d times, want 4:\n%s", digest, strings.Count(out, digest), out)
+	}
+}
+
+func TestEventsOfAFirstRunAndItsRepeats(t *testing.T) {
+	f := newFixture(t)
+	mw := f.mw.Required()(&counter{})
+	serve(mw, post("k", `{}`))
+	serve(mw, post("k", `{}`))
+	got := f.events.kinds()
+	want := []middleware.EventKind{middleware.EventFirstAttempt, middleware.EventKept, middleware.EventReplay}
+	if len(got) != len(want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("events %v, want %v", got, want)
+		}
+	}
+	f.events.mu.Lock()
+	defer f.events.mu.Unlock()
+	for _, e := range f.events.events {
+		if len(e.KeyDigest) != 64 {
+			t.Errorf("%v: digest %q", e.Kind, e.KeyDigest)
+		}
+	}
+	if e := f.events.events[1]; e.Status != http.StatusCreated {
+		t.Errorf("kept event status %d", e.Status)
+	}
+	if middleware.EventStoreError.String() != "store_error" || middleware.EventKind(200).String() != "invalid" {
+		t.Error("event names")
+	}
+}

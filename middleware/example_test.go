@@ -1,0 +1,98 @@
+package middleware_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/idemkey/idemkey/middleware"
+	"github.com/idemkey/idemkey/scope"
+	"github.com/idemkey/idemkey/store/memory"
+)
+
+// demoAuth stands in for a service's authentication middleware: it puts the
+// verified caller into the context, where the default scope finds it.
+func demoAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if user, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			r = r.WithContext(scope.NewContext(r.Context(), user))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func send(h http.Handler, key, body string) {
+	r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(body))
+	r.Header.Set("Authorization", "Bearer alice")
+	if key != "" {
+		r.Header.Set("Idempotency-Key", key)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	var code string
+	if w.Header().Get("Content-Type") == "application/problem+json" {
+		code = " " + strings.Split(strings.Split(w.Body.String(), `"code":"`)[1], `"`)[0]
+	}
+	fmt.Printf("%d replayed=%q%s\n", w.Code, w.Header().Get("Idempotent-Replayed"), code)
+}
+
+func Example_chi() {
+	st := memory.New()
+	defer st.Close()
+	idem, err := middleware.New(st)
+	if err != nil {
+		panic(err)
+	}
+
+	payments := 0
+	r := chi.NewRouter()
+	r.Use(demoAuth)
+	r.With(idem.Required()).Post("/payments", func(w http.ResponseWriter, r *http.Request) {
+		payments++
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%d}`, payments)
+	})
+
+	send(r, "k-1", `{"amount":10}`)
+	send(r, "k-1", `{"amount":10}`) // a retry: replayed, not run again
+	send(r, "k-1", `{"amount":99}`) // the same key for another request
+	send(r, "", `{"amount":10}`)    // no key on a route that requires one
+	fmt.Println("payments made:", payments)
+	// Output:
+	// 201 replayed=""
+	// 201 replayed="true"
+	// 422 replayed="" idempotency_key_reused
+	// 400 replayed="" idempotency_key_missing
+	// payments made: 1
+}
+
+func Example_serveMux() {
+	st := memory.New()
+	defer st.Close()
+	idem, err := middleware.New(st)
+	if err != nil {
+		panic(err)
+	}
+
+	payments := 0
+	create := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		payments++
+		w.WriteHeader(http.StatusCreated)
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", idem.Required(middleware.Deadline(10e9))(create))
+	h := demoAuth(mux)
+
+	send(h, "k-1", `{"amount":10}`)
+	send(h, "k-1", `{"amount":10}`)
+	fmt.Println("payments made:", payments)
+	// Output:
+	// 201 replayed=""
+	// 201 replayed="true"
+	// payments made: 1
+}

@@ -1,0 +1,96 @@
+package middleware
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// Problem is an error response the middleware writes itself, as an RFC 9457
+// problem details object with a machine-readable Code. Detail never echoes
+// the key, the body or an internal error.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   string `json:"code"`
+	// RetryAfter, in whole seconds, is sent as the Retry-After header when
+	// positive (409 and 503).
+	RetryAfter int `json:"-"`
+}
+
+// The codes of the middleware's problems.
+const (
+	CodeKeyMissing      = "idempotency_key_missing"
+	CodeKeyInvalid      = "idempotency_key_invalid"
+	CodeRequestTooLarge = "request_too_large"
+	CodeBodyUnreadable  = "request_body_unreadable"
+	CodeKeyReused       = "idempotency_key_reused"
+	CodeConflict        = "conflict"
+	CodeUnavailable     = "unavailable"
+)
+
+// ProblemTypePrefix starts the type URI of every problem; the code follows.
+const ProblemTypePrefix = "urn:idemkey:problem:"
+
+// Problems lists every problem the middleware can answer with, keyed by
+// code (RetryAfter is filled per response). The table is what OpenAPI
+// output and documentation describe.
+var Problems = map[string]Problem{
+	CodeKeyMissing:      newProblem(CodeKeyMissing, http.StatusBadRequest, "Idempotency key missing", "This operation requires an idempotency key header."),
+	CodeKeyInvalid:      newProblem(CodeKeyInvalid, http.StatusBadRequest, "Idempotency key invalid", "The idempotency key must be sent once, as 1 to 255 printable ASCII characters, bare or as a quoted string."),
+	CodeRequestTooLarge: newProblem(CodeRequestTooLarge, http.StatusRequestEntityTooLarge, "Request too large", "The request body is larger than this operation accepts."),
+	CodeBodyUnreadable:  newProblem(CodeBodyUnreadable, http.StatusBadRequest, "Request body unreadable", "The request body could not be read in full."),
+	CodeKeyReused:       newProblem(CodeKeyReused, http.StatusUnprocessableEntity, "Idempotency key reused", "This idempotency key was already used with a different request."),
+	CodeConflict:        newProblem(CodeConflict, http.StatusConflict, "Request in progress", "A request with this idempotency key is still being processed; retry after the delay in Retry-After."),
+	CodeUnavailable:     newProblem(CodeUnavailable, http.StatusServiceUnavailable, "Idempotency store unavailable", "The request was not processed because its idempotency key could not be recorded; retry after the delay in Retry-After."),
+}
+
+func newProblem(code string, status int, title, detail string) Problem {
+	return Problem{Type: ProblemTypePrefix + code, Title: title, Status: status, Detail: detail, Code: code}
+}
+
+// An ErrorWriter writes one of the middleware's problems as the response.
+type ErrorWriter func(w http.ResponseWriter, r *http.Request, p Problem)
+
+// problemBodies holds each default problem encoded once.
+var problemBodies = func() map[string][]byte {
+	m := make(map[string][]byte, len(Problems))
+	for code, p := range Problems {
+		b, err := json.Marshal(p)
+		if err != nil {
+			panic(err)
+		}
+		m[code] = append(b, '\n')
+	}
+	return m
+}()
+
+// WriteProblem is the default ErrorWriter: application/problem+json, with
+// Retry-After when p.RetryAfter is positive and Cache-Control: no-store.
+func WriteProblem(w http.ResponseWriter, _ *http.Request, p Problem) {
+	body, ok := problemBodies[p.Code]
+	if !ok || Problems[p.Code] != withoutRetry(p) {
+		var err error
+		if body, err = json.Marshal(p); err != nil {
+			http.Error(w, http.StatusText(p.Status), p.Status)
+			return
+		}
+		body = append(body, '\n')
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))
+	}
+	w.WriteHeader(p.Status)
+	w.Write(body)
+}
+
+func withoutRetry(p Problem) Problem {
+	p.RetryAfter = 0
+	return p
+}
