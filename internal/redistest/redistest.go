@@ -3,7 +3,8 @@
 // and a Sentinel. Each process listens on a free loopback port, keeps its
 // files in a fresh temporary directory, and is stopped by its PID when the
 // test (or, for a cluster started in TestMain, the package) is done. Servers
-// keep nothing on disk (--save "" --appendonly no) unless the caller passes
+// keep nothing on disk (--save "" --appendonly no) and a master serves a new
+// replica at once (--repl-diskless-sync-delay 0), unless the caller passes
 // other settings.
 //
 // Only tests may import this package.

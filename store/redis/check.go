@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 
@@ -36,8 +37,8 @@ type Report struct {
 
 // NodeReport is what Check found on one server.
 type NodeReport struct {
-	// Addr is the node's address as the client knows it; "" when the
-	// client type does not say.
+	// Addr is the node's address as the client knows it; "" for a
+	// Sentinel client (whose master moves) and unknown client types.
 	Addr string
 	// MaxmemoryPolicy is the node's maxmemory-policy, for example
 	// "noeviction".
@@ -92,7 +93,11 @@ func (s *Store) Check(ctx context.Context) (Report, error) {
 			return Report{}, unavailable("check", err)
 		}
 	case *goredis.Client:
-		one(ctx, c, c.Options().Addr)
+		addr := c.Options().Addr
+		if addr == "FailoverClient" { // go-redis's name for a Sentinel client
+			addr = ""
+		}
+		one(ctx, c, addr)
 	default:
 		one(ctx, c, "")
 	}
@@ -102,6 +107,7 @@ func (s *Store) Check(ctx context.Context) (Report, error) {
 	if len(rep.Nodes) == 0 {
 		return Report{}, unavailable("check", errors.New("no nodes to check"))
 	}
+	slices.SortFunc(rep.Nodes, func(a, b NodeReport) int { return strings.Compare(a.Addr, b.Addr) })
 	rep.EvictionSafe, rep.Persistent = true, true
 	var evicting []string
 	for _, n := range rep.Nodes {

@@ -51,9 +51,16 @@ func WithCallTimeout(d time.Duration) Option {
 // fewer than n replicas are up. Off by default (n = 0: no WAIT).
 //
 // n must be at least 1 and timeout at least 1 ms (WAIT's 0, "forever", is
-// not allowed). The claim's call budget is extended by timeout for the
-// WAIT. The mode needs a *redis.Client (standalone or from
-// NewFailoverClient) or a *redis.ClusterClient, which New checks.
+// not allowed). The WAIT has a budget of its own: the call budget plus
+// timeout. The mode needs a *redis.Client (standalone or from
+// NewFailoverClient) or a *redis.ClusterClient, which New checks: WAIT
+// counts the writes of one connection, so the claim and its WAIT run on a
+// connection the store pins to the key's master.
+//
+// A claim answered Mine (resent after a lost reply) is waited for too, but
+// the write happened on the connection that lost the reply, so that WAIT
+// only shows that the replicas are connected and caught up with the pinned
+// connection's earlier writes.
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) error {
 		if n < 1 {

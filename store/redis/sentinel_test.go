@@ -41,6 +41,10 @@ func TestSentinelFailover(t *testing.T) {
 			})
 			t.Cleanup(func() { c.Close() })
 			st := newStore(t, c, append([]redis.Option{redis.WithCallTimeout(300 * time.Millisecond)}, mode.opts...)...)
+			rep, err := st.Check(context.Background())
+			if err != nil || len(rep.Nodes) != 1 || rep.Nodes[0].MaxmemoryPolicy != "noeviction" || rep.Persistent {
+				t.Fatalf("Check through the FailoverClient: %+v, %v", rep, err)
+			}
 			runFailover(t, ss, st, mode.opts != nil)
 		})
 	}

@@ -252,6 +252,9 @@ func millis(what string, d time.Duration) (int64, error) {
 
 // run runs script on key within budget d.
 func (s *Store) run(ctx context.Context, d time.Duration, sc goredis.Scripter, script *goredis.Script, key string, args ...any) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // send nothing for a caller who has gone
+	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	keys := []string{key}
