@@ -96,3 +96,20 @@ func Example_serveMux() {
 	// 201 replayed="true"
 	// payments made: 1
 }
+
+func ExampleKeyFromContext() {
+	st := memory.New()
+	defer st.Close()
+	idem, _ := middleware.New(st)
+	h := idem.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k, _ := middleware.KeyFromContext(r.Context())
+		// A key for the call to the bank, the same on every retry of this
+		// request, different for another call name.
+		fmt.Println(k.Scope, k.Value, len(k.Derive("bank.transfer")))
+	}))
+	r := httptest.NewRequest(http.MethodPost, "/transfers", strings.NewReader(`{}`))
+	r.Header.Set("Idempotency-Key", "t-1")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	// Output:
+	// anonymous t-1 64
+}
