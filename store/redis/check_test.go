@@ -127,6 +127,9 @@ func TestWaitReplicas(t *testing.T) {
 	}
 
 	replica := redistest.StartReplica(t, master)
+	// Wide enough for a loaded machine: WAIT returns as soon as the replica
+	// acknowledges.
+	st = newStore(t, c, redis.WithWaitReplicas(1, 5*time.Second))
 	a := newClaim(1)
 	var n int64
 	var by map[string]int64

@@ -273,7 +273,7 @@ func TestFaultLostClaimReply(t *testing.T) {
 		p := newDropProxy(t, addr, "evalsha")
 		c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: retries})
 		t.Cleanup(func() { c.Close() })
-		st := newStore(t, c, redis.WithCallTimeout(time.Second))
+		st := newStore(t, c)
 		mustClaim(t, st, newKey(), newClaim(1), store.Claimed) // load the script
 		outcomes := make(map[string]int)
 		for range 10 {

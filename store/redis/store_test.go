@@ -17,6 +17,12 @@ import (
 	"github.com/idemkey/idemkey/store/redis"
 )
 
+// testBudget is the call budget of stores in tests that check what the
+// store does rather than when: wide, so that a loaded machine running the
+// race detector does not turn a slow answer into a failure. The fault tests
+// set the default 300ms budget themselves.
+const testBudget = 5 * time.Second
+
 // newClient returns a client to addr with the options the package
 // documentation recommends.
 func newClient(t testing.TB, addr string) *goredis.Client {
@@ -30,9 +36,11 @@ func newClient(t testing.TB, addr string) *goredis.Client {
 	return c
 }
 
+// newStore returns a store on c with a call budget of testBudget, unless
+// opts set another.
 func newStore(t testing.TB, c goredis.UniversalClient, opts ...redis.Option) *redis.Store {
 	t.Helper()
-	st, err := redis.New(c, opts...)
+	st, err := redis.New(c, append([]redis.Option{redis.WithCallTimeout(testBudget)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
