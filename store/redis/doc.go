@@ -72,7 +72,9 @@
 // another token is store.ErrNotOwner. A stored value this version cannot
 // read (written by a later format version, or damaged) is ErrUnreadable,
 // which does not wrap store.ErrUnavailable: the server answered, and a retry
-// finds the same value until it expires.
+// finds the same value until it expires. The middleware answers it, like any
+// store error, with 503 and does not run the handler: the value may hold a
+// response. Roll a new format out to every instance before relying on it.
 //
 // # Server settings
 //
