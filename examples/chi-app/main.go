@@ -1,65 +1,50 @@
-// Command chi-app is a small payment service on chi, protected by idemkey
-// with the embedded in-memory store.
+// Command chi-app is a small payment service on the chi router, protected
+// by idemkey: a retried POST makes one payment, however often its reply is
+// lost.
 //
 //	go run ./examples/chi-app
 //	curl -i -X POST localhost:8080/payments -H 'Idempotency-Key: k1' -d '{"amount":10,"currency":"EUR"}'
+//
+// Without REDIS_URL it keeps its keys in memory. The service itself (its
+// handlers, the demo authentication, the simulated bank and the store
+// chosen from the environment) lives in examples/internal/payments and is
+// the same for examples/nethttp-app; this file is only its routing. See
+// examples/README.md for the environment and a curl session.
 package main
 
 import (
-	"encoding/json"
-	"log/slog"
 	"net/http"
-	"os"
-	"strconv"
-	"sync"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/idemkey/idemkey/examples/internal/payments"
 	"github.com/idemkey/idemkey/middleware"
-	"github.com/idemkey/idemkey/store/memory"
 )
 
 func main() {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	addr := os.Getenv("ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:8080"
-	}
-	st := memory.New()
-	defer st.Close()
-	log.Info("store", "kind", "memory")
-	idem, err := middleware.New(st, middleware.WithObserver(middleware.SlogObserver(log)))
-	if err != nil {
-		log.Error("idemkey", "err", err)
-		os.Exit(1)
-	}
+	payments.Main(routes)
+}
 
-	var mu sync.Mutex
-	var payments []map[string]any
+// routes is the service's API on chi. The order of the middleware matters:
+// the request id first, then authentication (the idempotency scope is the
+// signed-in user), then idempotency per route.
+func routes(s *payments.Service) http.Handler {
+	idem := s.Idempotency()
 	r := chi.NewRouter()
-	r.With(idem.Required()).Post("/payments", func(w http.ResponseWriter, r *http.Request) {
-		var p map[string]any
-		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
-			http.Error(w, "invalid JSON", http.StatusBadRequest)
-			return
-		}
-		mu.Lock()
-		p["id"] = strconv.Itoa(len(payments) + 1)
-		payments = append(payments, p)
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		json.NewEncoder(w).Encode(p)
+	r.Use(payments.RequestID, payments.Auth)
+
+	r.With(idem.Required(middleware.Deadline(payments.PaymentDeadline))).Post("/payments", s.CreatePayment)
+	r.Get("/payments", s.ListPayments)
+	r.Get("/payments/{id}", s.GetPayment)
+	r.With(idem.Required(middleware.Deadline(s.TransferDeadline()))).Post("/transfers", s.CreateTransfer)
+	r.Get("/transfers", s.ListTransfers)
+	r.With(idem.Optional()).Put("/profile", s.PutProfile)
+	r.Get("/healthz", s.Healthz)
+
+	unrouted := payments.Unrouted(func(req *http.Request) bool {
+		return r.Match(chi.NewRouteContext(), req.Method, req.URL.Path)
 	})
-	r.Get("/payments", func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(payments)
-	})
-	log.Info("listening", "addr", addr)
-	if err := http.ListenAndServe(addr, r); err != nil {
-		log.Error("serve", "err", err)
-		os.Exit(1)
-	}
+	r.NotFound(unrouted)
+	r.MethodNotAllowed(unrouted)
+	return r
 }

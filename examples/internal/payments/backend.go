@@ -1,0 +1,122 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/memory"
+	idemredis "github.com/idemkey/idemkey/store/redis"
+)
+
+// RedisPoolSize is the connection pool of the Redis client when REDIS_URL
+// does not set pool_size: room for 128 requests at once, where go-redis's
+// default (10 per CPU) would make a burst of concurrent requests wait for
+// connections.
+const RedisPoolSize = 128
+
+// StartTimeout bounds how long OpenBackend waits for Redis to answer at
+// start.
+const StartTimeout = 5 * time.Second
+
+// Backend is the idempotency store the service runs on, with what the
+// service needs around it.
+type Backend struct {
+	// Store keeps the claims and records.
+	Store store.Store
+	// Name says which store it is: "memory", "redis" or "redis-cluster".
+	Name string
+	// Ping reports whether the store answers; nil for the in-memory store,
+	// which always does.
+	Ping func(context.Context) error
+	// Close releases the store (the janitor of the in-memory store, the
+	// Redis client's connections).
+	Close func() error
+}
+
+// OpenBackend opens the store cfg selects: a Redis Cluster when
+// RedisClusterAddrs is set, a standalone Redis when RedisURL is set, and
+// otherwise the embedded in-memory store. Its first log line names the
+// store. A Redis store must answer within StartTimeout and is checked at
+// once (see store/redis.Store.Check): a server whose maxmemory-policy could
+// evict claims is an error, a server without persistence a warning.
+func OpenBackend(ctx context.Context, cfg Config, logger *slog.Logger) (*Backend, error) {
+	var (
+		client goredis.UniversalClient
+		name   string
+	)
+	switch {
+	case len(cfg.RedisClusterAddrs) > 0:
+		name = "redis-cluster"
+		logger.Info("idempotency store", "store", name, "addrs", strings.Join(cfg.RedisClusterAddrs, ","))
+		client = goredis.NewClusterClient(&goredis.ClusterOptions{
+			Addrs:                 cfg.RedisClusterAddrs,
+			ContextTimeoutEnabled: true,
+			PoolSize:              RedisPoolSize,
+		})
+	case cfg.RedisURL != "":
+		opts, err := goredis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			// The URL may hold a password: do not repeat it.
+			return nil, errors.New("REDIS_URL is not a valid redis:// URL")
+		}
+		name = "redis"
+		logger.Info("idempotency store", "store", name, "addr", opts.Addr, "db", opts.DB)
+		opts.ContextTimeoutEnabled = true
+		if opts.PoolSize == 0 {
+			opts.PoolSize = RedisPoolSize
+		}
+		client = goredis.NewClient(opts)
+	default:
+		logger.Info("idempotency store", "store", "memory",
+			"note", "keys live in this process only; set REDIS_URL to share them between instances")
+		st := memory.New()
+		return &Backend{Store: st, Name: "memory", Close: st.Close}, nil
+	}
+
+	st, err := idemredis.New(client)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	// Connect to every node before the first request, with more time than
+	// a store call's budget: the first call to a node dials it (and a
+	// cluster client first learns the slots), and on a busy machine that
+	// alone can exceed the budget and answer 503.
+	ping := pinger(client)
+	wctx, cancel := context.WithTimeout(ctx, StartTimeout)
+	err = ping(wctx)
+	cancel()
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("Redis does not answer: %w", err)
+	}
+	rep, err := st.Check(ctx)
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("checking the Redis server: %w", err)
+	}
+	if !rep.Persistent {
+		logger.Warn("Redis keeps nothing on disk: a restart forgets every claim and record, and retries of requests that already ran run again")
+	}
+	return &Backend{Store: st, Name: name, Ping: ping, Close: client.Close}, nil
+}
+
+// pinger returns a function that PINGs the server, or every master of a
+// cluster.
+func pinger(client goredis.UniversalClient) func(context.Context) error {
+	if cc, ok := client.(*goredis.ClusterClient); ok {
+		return func(ctx context.Context) error {
+			return cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
+				return c.Ping(ctx).Err()
+			})
+		}
+	}
+	return func(ctx context.Context) error { return client.Ping(ctx).Err() }
+}
