@@ -68,7 +68,11 @@
 // Every backend failure of Claim, Complete, Release and Extend (a timeout, a
 // refused connection, OOM, READONLY, LOADING, MASTERDOWN, CLUSTERDOWN) is
 // returned wrapping both store.ErrUnavailable and the cause, so the
-// middleware answers 503 and does not run the handler. A claim held by
+// middleware answers 503 and does not run the handler. A failed call may
+// still have happened: a claim that reached a stalled server runs when the
+// server resumes. The middleware releases a claim whose call failed, and a
+// claim it could not release holds its key (409 to repeats) until its life
+// ends; the handler never ran for it. A claim held by
 // another token is store.ErrNotOwner. A stored value this version cannot
 // read (written by a later format version, or damaged) is ErrUnreadable,
 // which does not wrap store.ErrUnavailable: the server answered, and a retry
@@ -90,6 +94,10 @@
 // requests that already ran run again. With appendonly yes and appendfsync
 // everysec a crash loses about the last second. Check reports whether each
 // node persists; it does not refuse a server that does not.
+//
+// Under Sentinel, claims fail (503) from the master's failure until the
+// sentinels have promoted a replica and the client has found it: about
+// down-after-milliseconds plus the election and promotion, a few seconds.
 //
 // Replication is asynchronous: a master that fails right after a claim may
 // not have passed it on, and the promoted replica lets a retry claim the key
