@@ -14,8 +14,9 @@ import (
 // caller in as <user>, with no password, and a request without the header
 // is anonymous. It stores the user with scope.NewContext, which is where
 // the idempotency middleware's default scope reads it, so every user's keys
-// live apart. A header that is not "Bearer" and a token of 1 to 64
-// letters, digits, '-', '.', '_' or '~' gets 401 unauthorized.
+// live apart. Any other Authorization header gets 401 unauthorized: a user
+// name must be 1 to 64 letters, digits, '-', '.', '_' or '~', and not
+// "anonymous", the scope of callers who are not signed in.
 //
 // A real service verifies a token here and stores the id it proves. The
 // idempotency middleware must come after this: the scope needs the caller.

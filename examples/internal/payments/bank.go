@@ -13,9 +13,13 @@ import (
 
 // BankTransfer is a transfer the simulated bank made.
 type BankTransfer struct {
+	// Reference is the bank's id of the transfer: "bank_" and 16 random
+	// hex digits.
 	Reference string `json:"reference"`
-	Amount    int64  `json:"amount"`
-	To        string `json:"to"`
+	// Amount is what was sent.
+	Amount int64 `json:"amount"`
+	// To is the account it was sent to.
+	To string `json:"to"`
 }
 
 // bank is the simulated downstream bank: a separate HTTP service, protected

@@ -8,18 +8,26 @@ import (
 
 // Payment is one payment the service made.
 type Payment struct {
-	ID       string `json:"id"`
-	Amount   int64  `json:"amount"`
+	// ID is "pay_" and 16 random hex digits.
+	ID string `json:"id"`
+	// Amount is positive, in the currency's smallest unit.
+	Amount int64 `json:"amount"`
+	// Currency is three upper-case letters, such as "EUR".
 	Currency string `json:"currency"`
-	User     string `json:"user"`
+	// User is the caller who made it, or "anonymous".
+	User string `json:"user"`
 }
 
 // Transfer is one transfer the service made through the bank.
 type Transfer struct {
-	ID     string `json:"id"`
-	Amount int64  `json:"amount"`
-	To     string `json:"to"`
-	User   string `json:"user"`
+	// ID is "tr_" and 16 random hex digits.
+	ID string `json:"id"`
+	// Amount is positive, in the currency's smallest unit.
+	Amount int64 `json:"amount"`
+	// To is the receiving account: 1 to 64 visible ASCII characters.
+	To string `json:"to"`
+	// User is the caller who made it, or "anonymous".
+	User string `json:"user"`
 	// BankReference is the bank's reference of the transfer: the same on
 	// every answer for one transfer, however often the bank was asked.
 	BankReference string `json:"bank_reference"`
@@ -27,7 +35,9 @@ type Transfer struct {
 
 // Profile is a caller's profile.
 type Profile struct {
+	// User is the caller whose profile it is, or "anonymous".
 	User string `json:"user"`
+	// Name is 1 to 100 bytes.
 	Name string `json:"name"`
 }
 

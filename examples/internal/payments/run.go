@@ -40,8 +40,10 @@ type Routes func(s *Service) http.Handler
 // Addrs are where a running service and its bank listen, as base URLs such
 // as "http://127.0.0.1:8080".
 type Addrs struct {
+	// Service is the payment service's base URL.
 	Service string
-	Bank    string
+	// Bank is the simulated bank's base URL.
+	Bank string
 }
 
 // Options are seams for the end-to-end tests; the commands pass the zero
