@@ -21,9 +21,9 @@ import (
 // record (past the limit the record omits the body). Informational (1xx)
 // responses pass straight through.
 //
-// The value the handler sees is built by wrap: it has Flush, Hijack and
-// ReadFrom exactly when the wrapped writer has them, and always Unwrap for
-// http.ResponseController.
+// The value the handler sees is built by newCapture: it has Flush, Hijack
+// and ReadFrom exactly when the wrapped writer has them, and always Unwrap
+// for http.ResponseController.
 type capture struct {
 	w     http.ResponseWriter
 	limit int
@@ -39,6 +39,12 @@ type capture struct {
 	// the response is still held, so that they cannot alter the headers
 	// that go out; trailers set there are copied over when it is sent.
 	after http.Header
+
+	// in is the request body the handler reads, and length the value slot
+	// of the Content-Length header send sets: both live here so that one
+	// allocation serves the whole exchange.
+	in     bodyReader
+	length [1]string
 }
 
 func (c *capture) Header() http.Header {
@@ -117,8 +123,10 @@ func (c *capture) send(whole bool) error {
 	}
 	h := c.w.Header()
 	if whole && bodyAllowed(c.status) && h.Get("Content-Length") == "" && h.Get("Transfer-Encoding") == "" {
-		// Say how long the body is rather than chunk it.
-		h.Set("Content-Length", strconv.Itoa(len(c.body)))
+		// Say how long the body is rather than chunk it. (h.Set, without
+		// allocating the value slice.)
+		c.length[0] = strconv.Itoa(len(c.body))
+		h["Content-Length"] = c.length[:]
 	}
 	c.w.WriteHeader(c.status)
 	c.copyTrailers()
@@ -209,65 +217,70 @@ func bodyAllowed(status int) bool {
 	return status != http.StatusNoContent && status != http.StatusNotModified && status >= 200
 }
 
+// The writers the handler sees: capture with exactly the optional
+// interfaces of the writer it wraps. Each embeds capture by value, so that
+// the handler's writer is a single allocation.
 type (
-	flusher    struct{ c *capture }
-	hijacker   struct{ c *capture }
-	readerFrom struct{ c *capture }
+	captureF   struct{ capture }
+	captureH   struct{ capture }
+	captureR   struct{ capture }
+	captureFH  struct{ capture }
+	captureFR  struct{ capture }
+	captureHR  struct{ capture }
+	captureFHR struct{ capture }
 )
 
-func (f flusher) Flush() { f.c.flush() }
-func (h hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return h.c.hijack()
-}
-func (r readerFrom) ReadFrom(src io.Reader) (int64, error) { return r.c.readFrom(src) }
+func (c *captureF) Flush()   { c.flush() }
+func (c *captureFH) Flush()  { c.flush() }
+func (c *captureFR) Flush()  { c.flush() }
+func (c *captureFHR) Flush() { c.flush() }
 
-// wrap returns the writer the handler sees: c, with exactly the optional
-// interfaces (http.Flusher, http.Hijacker, io.ReaderFrom) that c.w has.
-func wrap(c *capture) http.ResponseWriter {
-	_, f := c.w.(http.Flusher)
-	_, h := c.w.(http.Hijacker)
-	_, r := c.w.(io.ReaderFrom)
+func (c *captureH) Hijack() (net.Conn, *bufio.ReadWriter, error)   { return c.hijack() }
+func (c *captureFH) Hijack() (net.Conn, *bufio.ReadWriter, error)  { return c.hijack() }
+func (c *captureHR) Hijack() (net.Conn, *bufio.ReadWriter, error)  { return c.hijack() }
+func (c *captureFHR) Hijack() (net.Conn, *bufio.ReadWriter, error) { return c.hijack() }
+
+func (c *captureR) ReadFrom(src io.Reader) (int64, error)   { return c.readFrom(src) }
+func (c *captureFR) ReadFrom(src io.Reader) (int64, error)  { return c.readFrom(src) }
+func (c *captureHR) ReadFrom(src io.Reader) (int64, error)  { return c.readFrom(src) }
+func (c *captureFHR) ReadFrom(src io.Reader) (int64, error) { return c.readFrom(src) }
+
+// newCapture returns a capture of w that holds up to limit bytes of body
+// and keeps the headers keep accepts, and the writer the handler sees: the
+// capture itself, with exactly the optional interfaces (http.Flusher,
+// http.Hijacker, io.ReaderFrom) that w has. Both are one allocation.
+func newCapture(w http.ResponseWriter, limit int, keep func(string) bool) (*capture, http.ResponseWriter) {
+	_, f := w.(http.Flusher)
+	_, h := w.(http.Hijacker)
+	_, r := w.(io.ReaderFrom)
+	var c *capture
+	var out http.ResponseWriter
 	switch {
 	case f && h && r:
-		return struct {
-			*capture
-			http.Flusher
-			http.Hijacker
-			io.ReaderFrom
-		}{c, flusher{c}, hijacker{c}, readerFrom{c}}
+		x := new(captureFHR)
+		c, out = &x.capture, x
 	case f && h:
-		return struct {
-			*capture
-			http.Flusher
-			http.Hijacker
-		}{c, flusher{c}, hijacker{c}}
+		x := new(captureFH)
+		c, out = &x.capture, x
 	case f && r:
-		return struct {
-			*capture
-			http.Flusher
-			io.ReaderFrom
-		}{c, flusher{c}, readerFrom{c}}
+		x := new(captureFR)
+		c, out = &x.capture, x
 	case h && r:
-		return struct {
-			*capture
-			http.Hijacker
-			io.ReaderFrom
-		}{c, hijacker{c}, readerFrom{c}}
+		x := new(captureHR)
+		c, out = &x.capture, x
 	case f:
-		return struct {
-			*capture
-			http.Flusher
-		}{c, flusher{c}}
+		x := new(captureF)
+		c, out = &x.capture, x
 	case h:
-		return struct {
-			*capture
-			http.Hijacker
-		}{c, hijacker{c}}
+		x := new(captureH)
+		c, out = &x.capture, x
 	case r:
-		return struct {
-			*capture
-			io.ReaderFrom
-		}{c, readerFrom{c}}
+		x := new(captureR)
+		c, out = &x.capture, x
+	default:
+		c = new(capture)
+		out = c
 	}
-	return c
+	c.w, c.limit, c.keep = w, limit, keep
+	return c, out
 }

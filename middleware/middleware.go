@@ -48,6 +48,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -185,7 +186,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	skey := store.KeyName(sc, key)
 	digest := store.DigestOf(skey)
 
-	body, err := readBody(r, m.cfg.maxRequestBody)
+	buf := getBodyBuffer()
+	defer putBodyBuffer(buf)
+	body, err := readBody(r, m.cfg.maxRequestBody, buf)
 	if err != nil {
 		if errors.Is(err, errTooLarge) {
 			m.refuse(w, r, EventRequestTooLarge, digest, CodeRequestTooLarge, 0)
@@ -314,20 +317,25 @@ func (c *call) run() {
 
 	ctx, cancel := context.WithTimeout(c.r.Context(), c.h.route.Deadline)
 	defer cancel()
+	cw, w := newCapture(c.w, m.cfg.maxResponseBody, m.cfg.keepHeader)
+	cw.in.Reset(c.body)
 	r := c.r.WithContext(idemkey.NewContext(ctx, c.key))
-	r.Body = &bodyReader{Reader: bytes.NewReader(c.body)}
+	r.Body = &cw.in
 	r.GetBody = nil
 
-	cw := &capture{w: c.w, limit: m.cfg.maxResponseBody, keep: m.cfg.keepHeader}
 	returned := false
 	defer func() {
+		// The body's buffer goes back to the pool when ServeHTTP returns:
+		// a read after the handler returned (which net/http forbids) finds
+		// EOF, never another request's body.
+		cw.in.Reset(nil)
 		if !returned {
 			// A panic (http.ErrAbortHandler included) or runtime.Goexit:
 			// free the key so a retry runs again, and let the panic go on.
 			m.release(c.r, c.skey, c.claim.Token, c.digest, 0)
 		}
 	}()
-	c.h.next.ServeHTTP(wrap(cw), r)
+	c.h.next.ServeHTTP(w, r)
 	returned = true
 
 	if cw.status == 0 && !cw.hijacked {
@@ -421,21 +429,29 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, rec *store.R
 	for _, v := range rec.Header {
 		n += len(v)
 	}
-	values := make([]string, n)
+	// One array holds the kept values and the four the replay may add.
+	values := make([]string, n+4)
 	for k, v := range rec.Header {
 		n := copy(values, v)
 		h[k] = values[:n:n]
 		values = values[n:]
 	}
-	h.Set(HeaderReplayed, "true")
+	// set is h.Set for a canonical name, with the value slot taken from
+	// values.
+	set := func(name, v string) {
+		values[0] = v
+		h[name] = values[:1:1]
+		values = values[1:]
+	}
+	set(HeaderReplayed, "true")
 	if h.Get(HeaderRequestID) == "" {
-		h.Set(HeaderRequestID, requestID(r))
+		set(HeaderRequestID, requestID(r))
 	}
 	if rec.BodyOmitted {
-		h.Set(HeaderBodyOmitted, "true")
+		set(HeaderBodyOmitted, "true")
 	}
 	if bodyAllowed(rec.Status) {
-		h.Set("Content-Length", strconv.Itoa(len(rec.Body)))
+		set("Content-Length", strconv.Itoa(len(rec.Body)))
 	}
 	w.WriteHeader(rec.Status)
 	if len(rec.Body) > 0 && bodyAllowed(rec.Status) {
@@ -448,14 +464,25 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, rec *store.R
 func requestID(r *http.Request) string {
 	id := r.Header.Get(HeaderRequestID)
 	if id == "" || len(id) > 200 {
-		return uuid.NewString()
+		return newRequestID()
 	}
 	for i := 0; i < len(id); i++ {
 		if id[i] < 0x21 || id[i] > 0x7e {
-			return uuid.NewString()
+			return newRequestID()
 		}
 	}
 	return id
+}
+
+// newRequestID returns a random (version 4) UUID, as uuid.NewString does,
+// in one allocation instead of two.
+func newRequestID() string {
+	var u uuid.UUID
+	// crypto/rand.Read never fails: it crashes the program instead.
+	rand.Read(u[:])
+	u[6] = (u[6] & 0x0f) | 0x40 // version 4
+	u[8] = (u[8] & 0x3f) | 0x80 // variant 10
+	return u.String()
 }
 
 // refuse writes one of the middleware's problems and reports kind (when
@@ -483,8 +510,9 @@ func retryAfter(ttl time.Duration) int {
 
 var errTooLarge = errors.New("idemkey: middleware: request body too large")
 
-// readBody reads r's body in full, up to limit bytes.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
+// readBody reads r's body in full, up to limit bytes, into buf's array
+// when it is large enough.
+func readBody(r *http.Request, limit int64, buf *bodyBuffer) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, errTooLarge
 	}
@@ -495,12 +523,29 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength >= 0 {
 		size = r.ContentLength + 1 // room to see EOF without growing
 	}
-	buf := make([]byte, 0, min(size, limit+1))
+	size = min(size, limit+1)
+	if int64(cap(buf.b)) < size && size <= maxPooledBody {
+		buf.b = make([]byte, 0, max(size, minPooledBody))
+	}
+	if int64(cap(buf.b)) < size {
+		// Too large to pool: a buffer of its own.
+		buf.b = make([]byte, 0, size)
+		buf.own = true
+	}
+	b, err := readInto(r.Body, buf.b[:0], limit)
+	if cap(b) <= maxPooledBody {
+		buf.b = b[:0] // keep what append may have grown, for the next request
+	}
+	return b, err
+}
+
+// readInto reads all of body into buf, up to limit bytes.
+func readInto(body io.Reader, buf []byte, limit int64) ([]byte, error) {
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
-		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		n, err := body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if int64(len(buf)) > limit {
 			return nil, errTooLarge
@@ -517,8 +562,35 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	}
 }
 
+// Request bodies are read into buffers from a pool: a first run, a replay
+// and a refusal alike read the whole body, and the buffer is free again
+// once the response is written. Buffers of up to maxPooledBody bytes are
+// pooled; a larger body gets a buffer of its own.
+const (
+	minPooledBody = 4 << 10
+	maxPooledBody = 64 << 10
+)
+
+// bodyBuffer is one pooled request body buffer. own marks a buffer too
+// large to go back to the pool.
+type bodyBuffer struct {
+	b   []byte
+	own bool
+}
+
+var bodyPool = sync.Pool{New: func() any { return new(bodyBuffer) }}
+
+func getBodyBuffer() *bodyBuffer { return bodyPool.Get().(*bodyBuffer) }
+
+func putBodyBuffer(buf *bodyBuffer) {
+	if buf.own {
+		buf.b, buf.own = nil, false
+	}
+	bodyPool.Put(buf)
+}
+
 // bodyReader gives the handler the body that was read, as the request's
 // Body.
-type bodyReader struct{ *bytes.Reader }
+type bodyReader struct{ bytes.Reader }
 
 func (*bodyReader) Close() error { return nil }
