@@ -1,0 +1,483 @@
+// Package openapi describes the idempotency middleware's part of a service's
+// API as an OpenAPI 3.1 document fragment, for the service to merge into its
+// own document.
+//
+// For each operation the middleware covers (a route wrapped by the
+// middleware's Handler, Required or Optional, with a method it covers) the
+// fragment holds:
+//
+//   - the key header parameter (Idempotency-Key by default), required or
+//     optional as the route is, a string of at most 255 characters;
+//   - a "2XX" response that carries the Idempotent-Replayed and
+//     Idempotent-Body-Omitted headers, to merge into the operation's own
+//     success responses;
+//   - the 400, 409, 413, 422 and 503 application/problem+json responses the
+//     middleware writes itself, each listing its code values (400
+//     idempotency_key_missing only where the key is required), with
+//     Retry-After on 409 and 503;
+//   - the path parameters of the route's template, as strings.
+//
+// The components those refer to (parameters, headers, responses and the
+// IdempotencyProblem schema) are named with an Idempotency or Idempotent
+// prefix, so that they do not collide with the service's own on merging.
+// Only components some operation uses are included.
+//
+// Routes reach New as Endpoints: from a chi router, through package
+// openapi/chiwalk; from an http.ServeMux, as a list built with FromServeMux
+// next to the mux.Handle calls. Build the document once, after every route
+// is registered, and serve it with Document's ServeHTTP.
+package openapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/idemkey/idemkey/middleware"
+)
+
+// Version is the OpenAPI version of the documents New returns.
+const Version = "3.1.0"
+
+// MaxKeyLength is the longest key the middleware accepts, in characters,
+// after unquoting; the header parameter's schema says so.
+const MaxKeyLength = 255
+
+// Endpoint is one route of a service as its router knows it.
+type Endpoint struct {
+	// Method is the request method, such as "POST".
+	Method string
+	// Pattern is the route's path pattern in the router's own syntax:
+	// "/payments/{id}" in both chi and http.ServeMux, "{id:[0-9]+}" for a
+	// chi parameter with a regular expression, "{rest...}" and "{$}" in
+	// http.ServeMux. No method and no host.
+	Pattern string
+	// Handler serves the route.
+	Handler http.Handler
+	// Middlewares wrap Handler, outermost first, as chi.Walk reports them.
+	// Nil when Handler is the whole chain.
+	Middlewares []func(http.Handler) http.Handler
+}
+
+// FromServeMux returns the Endpoint of an http.ServeMux route: pattern is
+// the one given to mux.Handle ("POST /payments/{id}", with an optional host
+// before the path), h the handler given with it. A pattern without a method
+// gives an Endpoint without one, which New refuses: an OpenAPI operation
+// needs a method.
+func FromServeMux(pattern string, h http.Handler) Endpoint {
+	method, rest, found := strings.Cut(strings.TrimLeft(pattern, " \t"), " ")
+	if !found || strings.HasPrefix(method, "/") {
+		method, rest = "", pattern
+	}
+	rest = strings.TrimLeft(rest, " \t")
+	if i := strings.IndexByte(rest, '/'); i > 0 {
+		rest = rest[i:] // drop the host
+	}
+	return Endpoint{Method: method, Pattern: rest, Handler: h}
+}
+
+// Operation is one operation the middleware covers.
+type Operation struct {
+	// Method is the request method, in upper case.
+	Method string
+	// Path is the OpenAPI path template, such as "/payments/{id}".
+	Path string
+	// Route is the idempotency configuration of the route.
+	Route middleware.Route
+}
+
+// Operations returns the endpoints m covers, in the order given: those
+// whose handler, or one of whose middlewares, is m's Handler, Required or
+// Optional, and whose method m covers. It returns an error for an endpoint
+// without a method or a pattern, for a route wrapped by the idempotency
+// middleware twice (each layer would claim the key, and the inner one would
+// find it in flight), and for two endpoints with the same method and path.
+//
+// A middleware in Endpoint.Middlewares is recognised by applying it to a
+// placeholder handler that is never served; it must not have side effects
+// when applied.
+func Operations(m *middleware.Middleware, eps []Endpoint) ([]Operation, error) {
+	if m == nil {
+		return nil, errors.New("idemkey: openapi: nil middleware")
+	}
+	var ops []Operation
+	seen := map[string]bool{}
+	for _, ep := range eps {
+		if ep.Method == "" || ep.Pattern == "" {
+			return nil, fmt.Errorf("idemkey: openapi: endpoint %q %q needs a method and a pattern", ep.Method, ep.Pattern)
+		}
+		route, n := routeOf(ep)
+		if n > 1 {
+			return nil, fmt.Errorf("idemkey: openapi: %s %s is wrapped by the idempotency middleware %d times", ep.Method, ep.Pattern, n)
+		}
+		method := strings.ToUpper(ep.Method)
+		if n == 0 || !m.Covers(method) {
+			continue
+		}
+		path, _ := pathTemplate(ep.Pattern)
+		id := method + " " + path
+		if seen[id] {
+			return nil, fmt.Errorf("idemkey: openapi: %s is listed twice", id)
+		}
+		seen[id] = true
+		ops = append(ops, Operation{Method: method, Path: path, Route: route})
+	}
+	return ops, nil
+}
+
+// placeholder is the handler middlewares are applied to, to recognise them.
+var placeholder = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+
+// routeOf finds the idempotency configuration of an endpoint and counts how
+// many idempotency layers wrap it.
+func routeOf(ep Endpoint) (middleware.Route, int) {
+	var route middleware.Route
+	n := 0
+	for _, mw := range ep.Middlewares {
+		if mw == nil {
+			continue
+		}
+		if r, ok := middleware.RouteOf(mw(placeholder)); ok {
+			route = r
+			n++
+		}
+	}
+	if ep.Handler != nil {
+		if r, ok := middleware.RouteOf(ep.Handler); ok {
+			route = r
+			n++
+		}
+	}
+	return route, n
+}
+
+// pathTemplate turns a router pattern into an OpenAPI path template and
+// lists the names of its parameters. "{id:[0-9]+}" (chi) and "{rest...}"
+// (http.ServeMux) become "{id}" and "{rest}"; "{$}" (http.ServeMux) is
+// dropped.
+func pathTemplate(pattern string) (string, []string) {
+	var b strings.Builder
+	var params []string
+	for i := 0; i < len(pattern); {
+		c := pattern[i]
+		if c != '{' {
+			b.WriteByte(c)
+			i++
+			continue
+		}
+		// Find the matching brace: a chi regular expression may hold braces.
+		depth, j := 0, i
+		for ; j < len(pattern); j++ {
+			if pattern[j] == '{' {
+				depth++
+			} else if pattern[j] == '}' {
+				depth--
+				if depth == 0 {
+					break
+				}
+			}
+		}
+		if j == len(pattern) { // unbalanced: keep the rest as it is
+			b.WriteString(pattern[i:])
+			break
+		}
+		inner := pattern[i+1 : j]
+		i = j + 1
+		if inner == "$" {
+			continue
+		}
+		name, _, _ := strings.Cut(inner, ":")
+		name = strings.TrimSuffix(name, "...")
+		params = append(params, name)
+		b.WriteString("{" + name + "}")
+	}
+	return b.String(), params
+}
+
+// An Option configures New.
+type Option func(*config)
+
+type config struct {
+	title, version string
+}
+
+// WithInfo sets the document's info title and version. Default: title
+// "Idempotency", version "1". A service that merges only the paths and
+// components into its own document can leave them.
+func WithInfo(title, version string) Option {
+	return func(c *config) { c.title, c.version = title, version }
+}
+
+// New returns the OpenAPI 3.1 fragment for the endpoints m covers; see
+// Operations for the endpoints it picks and the errors it returns.
+func New(m *middleware.Middleware, eps []Endpoint, opts ...Option) (*Document, error) {
+	ops, err := Operations(m, eps)
+	if err != nil {
+		return nil, err
+	}
+	c := config{title: "Idempotency", version: "1"}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("idemkey: openapi: nil option")
+		}
+		o(&c)
+	}
+	if c.title == "" || c.version == "" {
+		return nil, errors.New("idemkey: openapi: empty info title or version")
+	}
+	return build(m.HeaderName(), ops, c), nil
+}
+
+// Document is an OpenAPI 3.1 document holding the middleware's fragment.
+// Encode it with encoding/json.
+type Document struct {
+	OpenAPI    string                                 `json:"openapi"`
+	Info       Info                                   `json:"info"`
+	Paths      map[string]map[string]*OperationObject `json:"paths"`
+	Components Components                             `json:"components"`
+	// Operations lists the covered operations the paths describe, sorted
+	// by path, then method. It is not part of the encoded document.
+	Operations []Operation `json:"-"`
+}
+
+// Info is the document's info object.
+type Info struct {
+	Title   string `json:"title"`
+	Version string `json:"version"`
+}
+
+// OperationObject is an OpenAPI operation object: the parameters and responses
+// the middleware adds to one operation.
+type OperationObject struct {
+	Parameters []Ref          `json:"parameters"`
+	Responses  map[string]Ref `json:"responses"`
+}
+
+// Ref is an OpenAPI reference object, or, for a path parameter, the
+// parameter itself.
+type Ref struct {
+	Ref string `json:"$ref,omitempty"`
+	*Parameter
+}
+
+// Parameter is an OpenAPI parameter object.
+type Parameter struct {
+	Name        string         `json:"name"`
+	In          string         `json:"in"`
+	Description string         `json:"description,omitempty"`
+	Required    bool           `json:"required"`
+	Schema      map[string]any `json:"schema"`
+}
+
+// Components holds the objects the operations refer to.
+type Components struct {
+	Schemas    map[string]map[string]any `json:"schemas"`
+	Parameters map[string]*Parameter     `json:"parameters"`
+	Headers    map[string]*Header        `json:"headers"`
+	Responses  map[string]*Response      `json:"responses"`
+}
+
+// Header is an OpenAPI header object.
+type Header struct {
+	Description string         `json:"description"`
+	Schema      map[string]any `json:"schema"`
+}
+
+// Response is an OpenAPI response object.
+type Response struct {
+	Description string               `json:"description"`
+	Headers     map[string]Ref       `json:"headers,omitempty"`
+	Content     map[string]MediaType `json:"content,omitempty"`
+}
+
+// MediaType is an OpenAPI media type object.
+type MediaType struct {
+	Schema   map[string]any     `json:"schema"`
+	Examples map[string]Example `json:"examples,omitempty"`
+}
+
+// Example is an OpenAPI example object.
+type Example struct {
+	Summary string `json:"summary,omitempty"`
+	Value   any    `json:"value"`
+}
+
+// ServeHTTP writes the document as application/json.
+func (d *Document) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, err := json.Marshal(d)
+	if err != nil {
+		http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b)
+}
+
+// Names of the components.
+const (
+	ProblemSchema         = "IdempotencyProblem"
+	KeyParameter          = "IdempotencyKey"
+	OptionalKeyParameter  = "IdempotencyKeyOptional"
+	ReplayedHeader        = "IdempotentReplayed"
+	BodyOmittedHeader     = "IdempotentBodyOmitted"
+	RetryAfterHeader      = "IdempotencyRetryAfter"
+	SuccessResponse       = "IdempotentSuccess"
+	BadRequestResponse    = "IdempotencyBadRequest"
+	BadRequestOptResponse = "IdempotencyBadRequestKeyOptional"
+	ConflictResponse      = "IdempotencyConflict"
+	TooLargeResponse      = "IdempotencyRequestTooLarge"
+	KeyReusedResponse     = "IdempotencyKeyReused"
+	UnavailableResponse   = "IdempotencyUnavailable"
+)
+
+func ref(kind, name string) Ref { return Ref{Ref: "#/components/" + kind + "/" + name} }
+
+func build(header string, ops []Operation, c config) *Document {
+	slices.SortFunc(ops, func(a, b Operation) int {
+		if a.Path != b.Path {
+			return strings.Compare(a.Path, b.Path)
+		}
+		return strings.Compare(a.Method, b.Method)
+	})
+	d := &Document{
+		OpenAPI:    Version,
+		Info:       Info{Title: c.title, Version: c.version},
+		Paths:      map[string]map[string]*OperationObject{},
+		Components: Components{Schemas: map[string]map[string]any{}, Parameters: map[string]*Parameter{}, Headers: map[string]*Header{}, Responses: map[string]*Response{}},
+		Operations: ops,
+	}
+	comp := &d.Components
+	var required, optional bool
+	for _, op := range ops {
+		_, params := pathTemplate(op.Path)
+		o := &OperationObject{Responses: map[string]Ref{
+			"2XX": ref("responses", SuccessResponse),
+			"409": ref("responses", ConflictResponse),
+			"413": ref("responses", TooLargeResponse),
+			"422": ref("responses", KeyReusedResponse),
+			"503": ref("responses", UnavailableResponse),
+		}}
+		if op.Route.Required {
+			required = true
+			o.Parameters = append(o.Parameters, ref("parameters", KeyParameter))
+			o.Responses["400"] = ref("responses", BadRequestResponse)
+		} else {
+			optional = true
+			o.Parameters = append(o.Parameters, ref("parameters", OptionalKeyParameter))
+			o.Responses["400"] = ref("responses", BadRequestOptResponse)
+		}
+		for _, p := range params {
+			o.Parameters = append(o.Parameters, Ref{Parameter: &Parameter{
+				Name: p, In: "path", Required: true, Schema: map[string]any{"type": "string"},
+			}})
+		}
+		if d.Paths[op.Path] == nil {
+			d.Paths[op.Path] = map[string]*OperationObject{}
+		}
+		d.Paths[op.Path][strings.ToLower(op.Method)] = o
+	}
+	if len(ops) == 0 {
+		return d
+	}
+
+	keySchema := map[string]any{"type": "string", "minLength": 1, "maxLength": MaxKeyLength}
+	keyDoc := "A key the client makes for one logical request (a UUID, for example) and sends again with every retry of it: 1 to " +
+		fmt.Sprint(MaxKeyLength) + " printable ASCII characters, bare or as a quoted string. The first request with a key runs; " +
+		"a retry with the same request gets the first response again, with Idempotent-Replayed: true. Keys are kept per caller for the retention window."
+	if required {
+		comp.Parameters[KeyParameter] = &Parameter{Name: header, In: "header", Required: true, Description: keyDoc, Schema: keySchema}
+	}
+	if optional {
+		comp.Parameters[OptionalKeyParameter] = &Parameter{Name: header, In: "header", Required: false,
+			Description: keyDoc + " Without a key the request runs with no idempotency.", Schema: keySchema}
+	}
+
+	comp.Headers[ReplayedHeader] = &Header{
+		Description: `"true" when this response is the kept response of an earlier request with the same key, replayed.`,
+		Schema:      map[string]any{"type": "string", "enum": []string{"true"}},
+	}
+	comp.Headers[BodyOmittedHeader] = &Header{
+		Description: `"true" on a replay whose body was too large to keep: the status and headers are the first response's, the body is empty.`,
+		Schema:      map[string]any{"type": "string", "enum": []string{"true"}},
+	}
+	comp.Headers[RetryAfterHeader] = &Header{
+		Description: "Seconds to wait before retrying with the same key.",
+		Schema:      map[string]any{"type": "integer", "minimum": 1},
+	}
+	comp.Responses[SuccessResponse] = &Response{
+		Description: "The operation's response. A retry with the same key and request gets the same status, headers and body, " +
+			"with Idempotent-Replayed: true (kept 4xx responses are replayed the same way). Merge these headers into the operation's own responses.",
+		Headers: map[string]Ref{
+			middleware.HeaderReplayed:    ref("headers", ReplayedHeader),
+			middleware.HeaderBodyOmitted: ref("headers", BodyOmittedHeader),
+		},
+	}
+
+	var codes []string
+	for code := range middleware.Problems {
+		codes = append(codes, code)
+	}
+	sort.Strings(codes)
+	comp.Schemas[ProblemSchema] = map[string]any{
+		"type":        "object",
+		"description": "An error the idempotency layer answers with itself (RFC 9457 problem details).",
+		"required":    []string{"type", "title", "status", "detail", "code"},
+		"properties": map[string]any{
+			"type":   map[string]any{"type": "string", "format": "uri", "description": "A URI naming the problem: " + middleware.ProblemTypePrefix + " and the code."},
+			"title":  map[string]any{"type": "string"},
+			"status": map[string]any{"type": "integer"},
+			"detail": map[string]any{"type": "string"},
+			"code":   map[string]any{"type": "string", "enum": codes, "description": "What went wrong, for programs to branch on."},
+		},
+	}
+	problem := func(status int, without string, retry bool, desc string) *Response {
+		var cs []string
+		examples := map[string]Example{}
+		for _, code := range codes {
+			p := middleware.Problems[code]
+			if p.Status != status || code == without {
+				continue
+			}
+			cs = append(cs, code)
+			examples[code] = Example{Summary: p.Title, Value: p}
+		}
+		resp := &Response{
+			Description: desc,
+			Content: map[string]MediaType{"application/problem+json": {
+				Schema: map[string]any{"allOf": []any{
+					map[string]any{"$ref": "#/components/schemas/" + ProblemSchema},
+					map[string]any{"properties": map[string]any{
+						"status": map[string]any{"const": status},
+						"code":   map[string]any{"enum": cs},
+					}},
+				}},
+				Examples: examples,
+			}},
+		}
+		if retry {
+			resp.Headers = map[string]Ref{"Retry-After": ref("headers", RetryAfterHeader)}
+		}
+		return resp
+	}
+	const badRequest = "The idempotency key is malformed (sent twice, empty, too long, or not printable ASCII), or the body could not be read. The request did not run."
+	if required {
+		comp.Responses[BadRequestResponse] = problem(http.StatusBadRequest, "", false,
+			"The idempotency key is missing, or malformed (sent twice, empty, too long, or not printable ASCII), or the body could not be read. The request did not run.")
+	}
+	if optional {
+		comp.Responses[BadRequestOptResponse] = problem(http.StatusBadRequest, middleware.CodeKeyMissing, false, badRequest)
+	}
+	comp.Responses[ConflictResponse] = problem(http.StatusConflict, "", true,
+		"A request with this key is still running. Retry with the same key after Retry-After seconds to get its response.")
+	comp.Responses[TooLargeResponse] = problem(http.StatusRequestEntityTooLarge, "", false,
+		"The request body is larger than the idempotency layer reads. The request did not run.")
+	comp.Responses[KeyReusedResponse] = problem(http.StatusUnprocessableEntity, "", false,
+		"This key was already used for a different request (method, path, query, media type or body differ). The request did not run; use a new key for a new request.")
+	comp.Responses[UnavailableResponse] = problem(http.StatusServiceUnavailable, "", true,
+		"The idempotency store could not record the key. The request did not run; retry with the same key after Retry-After seconds.")
+	return d
+}
