@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/redis"
+)
+
+// entry is what show prints about a key, and delete before it asks.
+type entry struct {
+	Key    string `json:"key"`
+	Digest string `json:"digest"`
+	Found  bool   `json:"found"`
+	// State is "in_flight" or "completed"; "unreadable" for a value this
+	// version cannot decode.
+	State       string     `json:"state,omitempty"`
+	Fingerprint string     `json:"fingerprint,omitempty"`
+	CreatedAt   *time.Time `json:"created_at,omitempty"`
+	// AgeSeconds is the time since the key was claimed.
+	AgeSeconds float64 `json:"age_seconds,omitempty"`
+	// TTLSeconds is the key's remaining life; -1 when it never expires.
+	TTLSeconds  float64             `json:"ttl_seconds,omitempty"`
+	Status      int                 `json:"status,omitempty"`
+	CompletedAt *time.Time          `json:"completed_at,omitempty"`
+	BodyBytes   *int                `json:"body_bytes,omitempty"`
+	BodyOmitted bool                `json:"body_omitted,omitempty"`
+	Headers     map[string][]string `json:"headers,omitempty"`
+	Body        *string             `json:"body,omitempty"`
+	// ValueBytes is the length of the stored value; MemoryBytes what
+	// MEMORY USAGE reports for the key (0 when the server does not say).
+	ValueBytes  int    `json:"value_bytes,omitempty"`
+	MemoryBytes int64  `json:"memory_bytes,omitempty"`
+	Error       string `json:"error,omitempty"`
+
+	raw string // the value read, for delete's compare-and-delete
+}
+
+// fetch reads what key holds, its remaining life and its memory usage in
+// one round trip.
+func fetch(ctx context.Context, rdb goredis.UniversalClient, key string, withBody bool) (*entry, error) {
+	var get *goredis.StringCmd
+	var pttl *goredis.DurationCmd
+	var mem *goredis.IntCmd
+	// The pipeline's own error is the first command's; each command's is
+	// read below. MEMORY USAGE may be refused (a managed server that
+	// renames it): then the memory is not reported.
+	rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		get = p.Get(ctx, key)
+		pttl = p.PTTL(ctx, key)
+		mem = p.MemoryUsage(ctx, key, 0)
+		return nil
+	})
+	e := &entry{Key: key, Digest: store.DigestOf(key)}
+	v, err := get.Result()
+	switch {
+	case errors.Is(err, goredis.Nil):
+		return e, nil
+	case err != nil:
+		return nil, err
+	}
+	now := time.Now()
+	e.Found, e.raw, e.ValueBytes = true, v, len(v)
+	ttl, err := pttl.Result()
+	if err != nil {
+		return nil, err
+	}
+	if ttl < 0 {
+		e.TTLSeconds = -1
+	} else {
+		e.TTLSeconds = ttl.Seconds()
+	}
+	if n, err := mem.Result(); err == nil {
+		e.MemoryBytes = n
+	}
+	val, err := redis.DecodeValue(v)
+	if err != nil {
+		e.State, e.Error = "unreadable", err.Error()
+		return e, nil
+	}
+	e.Fingerprint = hex.EncodeToString(val.Fingerprint[:])
+	if !val.CreatedAt.IsZero() {
+		t := val.CreatedAt
+		e.CreatedAt = &t
+		e.AgeSeconds = now.Sub(t).Seconds()
+	}
+	switch val.State {
+	case store.InFlight:
+		e.State = "in_flight"
+	case store.Completed:
+		e.State = "completed"
+		rec := val.Record
+		e.Status = rec.Status
+		if !rec.CompletedAt.IsZero() {
+			t := rec.CompletedAt
+			e.CompletedAt = &t
+		}
+		n := len(rec.Body)
+		e.BodyBytes, e.BodyOmitted, e.Headers = &n, rec.BodyOmitted, rec.Header
+		if withBody {
+			b := string(rec.Body)
+			e.Body = &b
+		}
+	}
+	return e, nil
+}
+
+func show(ctx context.Context, e *env, args []string) error {
+	fs, asJSON := commandFlags(e, "show", "--scope S --key K | --digest HEX [--body]")
+	keyOf := keyFlags(fs)
+	body := fs.Bool("body", false, "print the kept response body as well")
+	if err := parseFlags(e, fs, asJSON, args); err != nil {
+		return err
+	}
+	key, err := keyOf()
+	if err != nil {
+		return err
+	}
+	ent, err := fetch(ctx, e.rdb, key, *body)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		if err := e.printJSON(ent); err != nil {
+			return err
+		}
+	} else {
+		e.printEntry(ent)
+	}
+	if !ent.Found {
+		return errNotDone
+	}
+	return nil
+}
+
+// printEntry writes an entry as aligned text.
+func (e *env) printEntry(ent *entry) {
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
+	row := func(name, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{name}, a...)...) }
+	row("key", "%s", ent.Key)
+	row("digest", "%s", ent.Digest)
+	if !ent.Found {
+		row("state", "not found (never used, expired, or deleted)")
+		return
+	}
+	row("state", "%s", strings.ReplaceAll(ent.State, "_", " "))
+	if ent.Error != "" {
+		row("error", "%s", ent.Error)
+	}
+	if ent.Fingerprint != "" {
+		row("fingerprint", "%s", ent.Fingerprint)
+	}
+	if ent.CreatedAt != nil {
+		row("created", "%s (%s ago)", ent.CreatedAt.UTC().Format(time.RFC3339Nano), roundDuration(ent.AgeSeconds))
+	}
+	if ent.CompletedAt != nil {
+		row("completed", "%s", ent.CompletedAt.UTC().Format(time.RFC3339Nano))
+	}
+	switch {
+	case ent.TTLSeconds < 0:
+		row("ttl", "none (the key never expires: it was not written by idemkey)")
+	default:
+		row("ttl", "%s", roundDuration(ent.TTLSeconds))
+	}
+	if ent.State == "completed" {
+		row("status", "%d %s", ent.Status, http.StatusText(ent.Status))
+		omitted := ""
+		if ent.BodyOmitted {
+			omitted = " (omitted: the response was larger than the capture limit)"
+		}
+		row("body", "%d bytes%s", *ent.BodyBytes, omitted)
+		names := make([]string, 0, len(ent.Headers))
+		for k := range ent.Headers {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		for _, k := range names {
+			for _, v := range ent.Headers[k] {
+				row("header", "%s: %s", k, v)
+			}
+		}
+	}
+	mem := ""
+	if ent.MemoryBytes > 0 {
+		mem = fmt.Sprintf(", %d bytes in memory", ent.MemoryBytes)
+	}
+	row("value", "%d bytes%s", ent.ValueBytes, mem)
+	if ent.Body != nil {
+		tw.Flush()
+		fmt.Fprintf(e.stdout, "\n%s\n", *ent.Body)
+	}
+}
+
+// roundDuration prints seconds as a duration rounded for reading.
+func roundDuration(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d >= time.Hour:
+		return d.Round(time.Second).String()
+	case d >= time.Second:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}
