@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/idemkey/idemkey/internal/redistest"
+	"github.com/idemkey/idemkey/middleware"
+	"github.com/idemkey/idemkey/scope"
+	"github.com/idemkey/idemkey/store/redis"
+)
+
+// BenchmarkRecordMemory keeps b.N responses through the real middleware on
+// a redis-server of its own and reports what each kept record costs the
+// server: the mean MEMORY USAGE of the keys (what idemctl stats reports),
+// and the growth of INFO used_memory divided by the records (which adds the
+// keyspace's and the expiry table's entries). Each response is a 201 with
+// Content-Type and Location headers and a JSON body of the given size. Run
+// it with a fixed count, so that every size keeps as many records:
+//
+//	go test -run '^$' -bench RecordMemory -benchtime 5000x ./cmd/idemctl
+func BenchmarkRecordMemory(b *testing.B) {
+	for _, size := range []int{200, 1024} {
+		b.Run(fmt.Sprintf("body=%d", size), func(b *testing.B) {
+			addr := redistest.Start(b)
+			rdb := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+			defer rdb.Close()
+			st, err := redis.New(rdb)
+			if err != nil {
+				b.Fatal(err)
+			}
+			idem, err := middleware.New(st)
+			if err != nil {
+				b.Fatal(err)
+			}
+			body := jsonBody(size)
+			h := idem.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Location", "/payments/pay_"+r.Header.Get("Idempotency-Key"))
+				w.WriteHeader(http.StatusCreated)
+				w.Write(body)
+			}))
+			ctx := context.Background()
+			before := usedMemory(b, rdb)
+
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":10,"currency":"EUR"}`))
+				r.Header.Set("Content-Type", "application/json")
+				r.Header.Set("Idempotency-Key", "0b6f1c9e-4d2a-4f53-9c1e-"+fmt.Sprintf("%012d", i))
+				r = r.WithContext(scope.NewContext(r.Context(), "user_2x7Qk9"))
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				if w.Code != http.StatusCreated {
+					b.Fatalf("status %d", w.Code)
+				}
+				i++
+			}
+			b.StopTimer()
+
+			after := usedMemory(b, rdb)
+			s, _, err := scan(ctx, rdb, 1000, int64(i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if s.Records != int64(i) || s.Sampled != int64(i) {
+				b.Fatalf("%d records, %d measured, want %d", s.Records, s.Sampled, i)
+			}
+			b.ReportMetric(float64(s.SampledBytes)/float64(i), "memory-usage-B/record")
+			b.ReportMetric(float64(after-before)/float64(i), "used-memory-B/record")
+		})
+	}
+}
+
+// jsonBody returns a JSON object of exactly n bytes (n at least 64).
+func jsonBody(n int) []byte {
+	head := `{"id":"pay_3Jd8f2Lk","amount":1000,"currency":"EUR","status":"succeeded","note":"`
+	tail := `"}`
+	return []byte(head + strings.Repeat("x", n-len(head)-len(tail)) + tail)
+}
+
+func usedMemory(b *testing.B, rdb *goredis.Client) int64 {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+	}
+	b.Fatal("no used_memory in INFO memory")
+	return 0
+}
