@@ -315,11 +315,13 @@ func (c *call) run() {
 	m := c.h.m
 	m.emit(c.r, Event{Kind: EventFirstAttempt, KeyDigest: c.digest, StoreLatency: time.Since(c.start)})
 
-	ctx, cancel := context.WithTimeout(c.r.Context(), c.h.route.Deadline)
-	defer cancel()
 	cw, w := newCapture(c.w, m.cfg.maxResponseBody, m.cfg.keepHeader)
+	// The handler's context: the request's with the route's deadline, as
+	// context.WithTimeout would make it (see runContext).
+	cw.ctx.init(c.r.Context(), time.Now().Add(c.h.route.Deadline))
+	defer cw.ctx.stop()
 	cw.in.Reset(c.body)
-	r := c.r.WithContext(idemkey.NewContext(ctx, c.key))
+	r := c.r.WithContext(idemkey.NewContext(&cw.ctx, c.key))
 	r.Body = &cw.in
 	r.GetBody = nil
 
@@ -355,7 +357,7 @@ func (c *call) run() {
 		CreatedAt:   c.start,
 		CompletedAt: time.Now(),
 	}
-	ctx, cancel = m.detached(c.r)
+	ctx, cancel := m.detached(c.r)
 	t := time.Now()
 	err := m.store.Complete(ctx, c.skey, c.claim.Token, rec, m.cfg.retention)
 	cancel()
