@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"github.com/idemkey/idemkey/internal/redistest"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/scope"
+	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/redis"
 )
 
@@ -22,11 +24,36 @@ import (
 // server: the mean MEMORY USAGE of the keys (what idemctl stats reports),
 // and the growth of INFO used_memory divided by the records (which adds the
 // keyspace's and the expiry table's entries). Each response is a 201 with
-// Content-Type and Location headers and a JSON body of the given size. Run
-// it with a fixed count, so that every size keeps as many records:
+// Content-Type and Location headers and a JSON body of the given size; the
+// claim case holds b.N claims of requests in flight instead. Run it with a
+// fixed count, so that every case holds as many keys:
 //
 //	go test -run '^$' -bench RecordMemory -benchtime 5000x ./cmd/idemctl
 func BenchmarkRecordMemory(b *testing.B) {
+	b.Run("claim", func(b *testing.B) {
+		addr := redistest.Start(b)
+		rdb := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		defer rdb.Close()
+		st, err := redis.New(rdb)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		before := usedMemory(b, rdb)
+		i := 0
+		for b.Loop() {
+			key := store.KeyName("user_2x7Qk9", "0b6f1c9e-4d2a-4f53-9c1e-"+fmt.Sprintf("%012d", i))
+			// The middleware's claim: a rand.Text token, the default
+			// deadline plus the margin.
+			c := store.Claim{Token: rand.Text(), Fingerprint: [32]byte{1}, TTL: middleware.DefaultDeadline + middleware.ClaimMargin}
+			if _, err := st.Claim(ctx, key, c); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		b.StopTimer()
+		report(b, rdb, before, i, func(s summary) int64 { return s.InFlight })
+	})
 	for _, size := range []int{200, 1024} {
 		b.Run(fmt.Sprintf("body=%d", size), func(b *testing.B) {
 			addr := redistest.Start(b)
@@ -47,7 +74,6 @@ func BenchmarkRecordMemory(b *testing.B) {
 				w.WriteHeader(http.StatusCreated)
 				w.Write(body)
 			}))
-			ctx := context.Background()
 			before := usedMemory(b, rdb)
 
 			b.ReportAllocs()
@@ -66,18 +92,25 @@ func BenchmarkRecordMemory(b *testing.B) {
 			}
 			b.StopTimer()
 
-			after := usedMemory(b, rdb)
-			s, _, err := scan(ctx, rdb, 1000, int64(i))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if s.Records != int64(i) || s.Sampled != int64(i) {
-				b.Fatalf("%d records, %d measured, want %d", s.Records, s.Sampled, i)
-			}
-			b.ReportMetric(float64(s.SampledBytes)/float64(i), "memory-usage-B/record")
-			b.ReportMetric(float64(after-before)/float64(i), "used-memory-B/record")
+			report(b, rdb, before, i, func(s summary) int64 { return s.Records })
 		})
 	}
+}
+
+// report measures the n keys made since used_memory was before, checks
+// that count finds them all in the scan, and reports the bytes per key.
+func report(b *testing.B, rdb *goredis.Client, before int64, n int, count func(summary) int64) {
+	b.Helper()
+	after := usedMemory(b, rdb)
+	s, _, err := scan(context.Background(), rdb, 1000, int64(n))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if count(s) != int64(n) || s.Sampled != int64(n) {
+		b.Fatalf("%+v: want %d keys of the kind, all measured", s, n)
+	}
+	b.ReportMetric(float64(s.SampledBytes)/float64(n), "memory-usage-B/key")
+	b.ReportMetric(float64(after-before)/float64(n), "used-memory-B/key")
 }
 
 // jsonBody returns a JSON object of exactly n bytes (n at least 64).
