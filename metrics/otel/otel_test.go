@@ -1,0 +1,267 @@
+package otel_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	idemotel "github.com/idemkey/idemkey/metrics/otel"
+	"github.com/idemkey/idemkey/middleware"
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/memory"
+)
+
+// recorder is a MeterProvider that keeps every measurement, by instrument
+// name and attribute set.
+type recorder struct {
+	metricnoop.MeterProvider
+	mu     sync.Mutex
+	meters []string
+	sums   map[string]float64 // "name{attrs}" -> sum of values
+	counts map[string]int     // "name{attrs}" -> number of measurements
+}
+
+func newRecorder() *recorder {
+	return &recorder{sums: map[string]float64{}, counts: map[string]int{}}
+}
+
+func (p *recorder) Meter(name string, _ ...metric.MeterOption) metric.Meter {
+	p.mu.Lock()
+	p.meters = append(p.meters, name)
+	p.mu.Unlock()
+	return meter{p: p}
+}
+
+func (p *recorder) add(name string, set attribute.Set, v float64) {
+	var kv []string
+	for _, a := range set.ToSlice() {
+		kv = append(kv, fmt.Sprintf("%s=%s", a.Key, a.Value.Emit()))
+	}
+	k := name + "{" + strings.Join(kv, ",") + "}"
+	p.mu.Lock()
+	p.sums[k] += v
+	p.counts[k]++
+	p.mu.Unlock()
+}
+
+type meter struct {
+	metricnoop.Meter
+	p *recorder
+}
+
+func (m meter) Int64Counter(name string, _ ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	return counter{p: m.p, name: name}, nil
+}
+
+func (m meter) Float64Histogram(name string, _ ...metric.Float64HistogramOption) (metric.Float64Histogram, error) {
+	return fhist{p: m.p, name: name}, nil
+}
+
+func (m meter) Int64Histogram(name string, _ ...metric.Int64HistogramOption) (metric.Int64Histogram, error) {
+	return ihist{p: m.p, name: name}, nil
+}
+
+type counter struct {
+	metricnoop.Int64Counter
+	p    *recorder
+	name string
+}
+
+func (c counter) Add(_ context.Context, v int64, opts ...metric.AddOption) {
+	c.p.add(c.name, metric.NewAddConfig(opts).Attributes(), float64(v))
+}
+
+type fhist struct {
+	metricnoop.Float64Histogram
+	p    *recorder
+	name string
+}
+
+func (h fhist) Record(_ context.Context, v float64, opts ...metric.RecordOption) {
+	h.p.add(h.name, metric.NewRecordConfig(opts).Attributes(), v)
+}
+
+type ihist struct {
+	metricnoop.Int64Histogram
+	p    *recorder
+	name string
+}
+
+func (h ihist) Record(_ context.Context, v int64, opts ...metric.RecordOption) {
+	h.p.add(h.name, metric.NewRecordConfig(opts).Attributes(), float64(v))
+}
+
+// span is a recording span that keeps its attributes.
+type span struct {
+	tracenoop.Span
+	mu    sync.Mutex
+	attrs map[attribute.Key]attribute.Value
+}
+
+func (s *span) IsRecording() bool { return true }
+
+func (s *span) SetAttributes(kv ...attribute.KeyValue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range kv {
+		s.attrs[a.Key] = a.Value
+	}
+}
+
+// TestScriptedSession counts a fixed sequence of requests through a real
+// middleware exactly, and checks the span attributes each request ends
+// with.
+func TestScriptedSession(t *testing.T) {
+	rec := newRecorder()
+	tel, err := idemotel.New(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rec.meters, []string{idemotel.ScopeName}) {
+		t.Errorf("meters %v", rec.meters)
+	}
+	mem := memory.New()
+	t.Cleanup(func() { mem.Close() })
+	idem, err := middleware.New(tel.Store(mem), middleware.WithObserver(tel.Observer()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", idem.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		w.Write([]byte(`{"id":1}`))
+	})))
+	mux.Handle("PUT /profile", idem.Optional()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(500)
+	})))
+
+	send := func(method, path, key, body string, want int) map[attribute.Key]attribute.Value {
+		t.Helper()
+		sp := &span{attrs: map[attribute.Key]attribute.Value{}}
+		r := httptest.NewRequest(method, path, strings.NewReader(body))
+		r = r.WithContext(trace.ContextWithSpan(r.Context(), sp))
+		if key != "" {
+			r.Header.Set("Idempotency-Key", key)
+		}
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		if w.Code != want {
+			t.Fatalf("%s %s %q: %d, want %d", method, path, key, w.Code, want)
+		}
+		return sp.attrs
+	}
+	first := send("POST", "/payments", "k1", `{"a":1}`, 201)
+	replay := send("POST", "/payments", "k1", `{"a":1}`, 201)
+	reused := send("POST", "/payments", "k1", `{"a":2}`, 422)
+	missing := send("POST", "/payments", "", `{}`, 400)
+	released := send("PUT", "/profile", "p1", `{}`, 500)
+	none := send("PUT", "/profile", "", `{}`, 500)
+
+	digest := store.DigestOf(store.KeyName("anonymous", "k1"))
+	for name, c := range map[string]struct {
+		got      map[attribute.Key]attribute.Value
+		outcome  string
+		replayed bool
+		digest   string
+	}{
+		"first":    {first, "kept", false, digest},
+		"replay":   {replay, "replay", true, digest},
+		"reused":   {reused, "key_reused", false, digest},
+		"missing":  {missing, "key_missing", false, ""},
+		"released": {released, "released", false, store.DigestOf(store.KeyName("anonymous", "p1"))},
+	} {
+		if c.got[idemotel.OutcomeKey].AsString() != c.outcome || c.got[idemotel.ReplayedKey].AsBool() != c.replayed ||
+			c.got[idemotel.KeyDigestKey].AsString() != c.digest {
+			t.Errorf("%s: span attributes %v, want outcome %s replayed %v digest %q", name, c.got, c.outcome, c.replayed, c.digest)
+		}
+	}
+	if len(none) != 0 {
+		t.Errorf("a request without a key on an optional route set %v", none)
+	}
+
+	wantEvents := map[string]float64{
+		"idemkey.events{http.route=POST /payments,idemkey.event=first_attempt}": 1,
+		"idemkey.events{http.route=POST /payments,idemkey.event=kept}":          1,
+		"idemkey.events{http.route=POST /payments,idemkey.event=replay}":        1,
+		"idemkey.events{http.route=POST /payments,idemkey.event=key_reused}":    1,
+		"idemkey.events{http.route=POST /payments,idemkey.event=key_missing}":   1,
+		"idemkey.events{http.route=PUT /profile,idemkey.event=first_attempt}":   1,
+		"idemkey.events{http.route=PUT /profile,idemkey.event=released}":        1,
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	gotEvents := map[string]float64{}
+	for k, v := range rec.sums {
+		if strings.HasPrefix(k, "idemkey.events{") {
+			gotEvents[k] = v
+		}
+	}
+	if fmt.Sprint(gotEvents) != fmt.Sprint(wantEvents) {
+		t.Errorf("events:\n got %v\nwant %v", gotEvents, wantEvents)
+	}
+	for _, ev := range []string{"first_attempt", "kept", "released"} {
+		if n := rec.counts["idemkey.store.duration{idemkey.event="+ev+"}"]; n == 0 {
+			t.Errorf("no store duration for %s", ev)
+		}
+	}
+	for _, ev := range []string{"replay", "key_reused", "key_missing"} {
+		if n := rec.counts["idemkey.store.duration{idemkey.event="+ev+"}"]; n != 0 {
+			t.Errorf("%d store durations for %s, which carries none", n, ev)
+		}
+	}
+	size := len(`{"id":1}`) + len("Content-Type") + len("application/json")
+	if rec.counts["idemkey.kept_record.size{}"] != 1 || rec.sums["idemkey.kept_record.size{}"] != float64(size) {
+		t.Errorf("kept size: %d records, %v bytes, want 1 and %d", rec.counts["idemkey.kept_record.size{}"], rec.sums["idemkey.kept_record.size{}"], size)
+	}
+}
+
+func TestRouteAndLatency(t *testing.T) {
+	rec := newRecorder()
+	tel, err := idemotel.New(rec, idemotel.WithRoute(func(r *http.Request) string {
+		if strings.HasPrefix(r.URL.Path, "/orders/") {
+			return "/orders/{id}"
+		}
+		return ""
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := tel.Observer()
+	obs(httptest.NewRequest("POST", "/orders/7", nil), middleware.Event{Kind: middleware.EventFirstAttempt, StoreLatency: 2 * time.Millisecond})
+	obs(httptest.NewRequest("POST", "/x/8", nil), middleware.Event{Kind: middleware.EventStoreError, StoreLatency: 300 * time.Millisecond})
+	for k, want := range map[string]float64{
+		"idemkey.events{http.route=/orders/{id},idemkey.event=first_attempt}": 1,
+		"idemkey.events{http.route=unknown,idemkey.event=store_error}":        1,
+		"idemkey.store.duration{idemkey.event=first_attempt}":                 0.002,
+		"idemkey.store.duration{idemkey.event=store_error}":                   0.3,
+	} {
+		if got := rec.sums[k]; got != want {
+			t.Errorf("%s = %v, want %v", k, got, want)
+		}
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	if _, err := idemotel.New(nil); err == nil {
+		t.Error("nil provider accepted")
+	}
+	if _, err := idemotel.New(newRecorder(), nil); err == nil {
+		t.Error("nil option accepted")
+	}
+	if _, err := idemotel.New(newRecorder(), idemotel.WithRoute(nil)); err == nil {
+		t.Error("nil route function accepted")
+	}
+}
