@@ -99,7 +99,9 @@ type Operation struct {
 //
 // A middleware in Endpoint.Middlewares is recognised by applying it to a
 // placeholder handler that is never served; it must not have side effects
-// when applied.
+// when applied. middleware.RouteOf does not say which Middleware made a
+// handler, so a service with two Middlewares (different headers or
+// methods) describes each one's routes with its own call.
 func Operations(m *middleware.Middleware, eps []Endpoint) ([]Operation, error) {
 	if m == nil {
 		return nil, errors.New("idemkey: openapi: nil middleware")
