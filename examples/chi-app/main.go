@@ -19,6 +19,8 @@ import (
 
 	"github.com/idemkey/idemkey/examples/internal/payments"
 	"github.com/idemkey/idemkey/middleware"
+	"github.com/idemkey/idemkey/openapi"
+	"github.com/idemkey/idemkey/openapi/chiwalk"
 )
 
 func main() {
@@ -40,6 +42,19 @@ func routes(s *payments.Service) http.Handler {
 	r.Get("/transfers", s.ListTransfers)
 	r.With(idem.Optional()).Put("/profile", s.PutProfile)
 	r.Get("/healthz", s.Healthz)
+
+	r.Method(http.MethodGet, "/metrics", s.Metrics())
+	// The OpenAPI fragments of the covered operations, found by walking
+	// the routes above.
+	eps, err := chiwalk.Endpoints(r)
+	if err != nil {
+		panic(err)
+	}
+	doc, err := openapi.New(idem, eps, openapi.WithInfo("payments", "1.0.0"))
+	if err != nil {
+		panic(err)
+	}
+	r.Method(http.MethodGet, "/openapi.json", doc)
 
 	unrouted := payments.Unrouted(func(req *http.Request) bool {
 		return r.Match(chi.NewRouteContext(), req.Method, req.URL.Path)

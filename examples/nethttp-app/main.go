@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkey/idemkey/examples/internal/payments"
 	"github.com/idemkey/idemkey/middleware"
+	"github.com/idemkey/idemkey/openapi"
 )
 
 func main() {
@@ -30,15 +31,31 @@ func main() {
 // user).
 func routes(s *payments.Service) http.Handler {
 	idem := s.Idempotency()
+	routes := []struct {
+		pattern string
+		handler http.Handler
+	}{
+		{"POST /payments", idem.Required(middleware.Deadline(payments.PaymentDeadline))(http.HandlerFunc(s.CreatePayment))},
+		{"GET /payments", http.HandlerFunc(s.ListPayments)},
+		{"GET /payments/{id}", http.HandlerFunc(s.GetPayment)},
+		{"POST /transfers", idem.Required(middleware.Deadline(s.TransferDeadline()))(http.HandlerFunc(s.CreateTransfer))},
+		{"GET /transfers", http.HandlerFunc(s.ListTransfers)},
+		{"PUT /profile", idem.Optional()(http.HandlerFunc(s.PutProfile))},
+		{"GET /healthz", http.HandlerFunc(s.Healthz)},
+		{"GET /metrics", s.Metrics()},
+	}
 	mux := http.NewServeMux()
-
-	mux.Handle("POST /payments", idem.Required(middleware.Deadline(payments.PaymentDeadline))(http.HandlerFunc(s.CreatePayment)))
-	mux.HandleFunc("GET /payments", s.ListPayments)
-	mux.HandleFunc("GET /payments/{id}", s.GetPayment)
-	mux.Handle("POST /transfers", idem.Required(middleware.Deadline(s.TransferDeadline()))(http.HandlerFunc(s.CreateTransfer)))
-	mux.HandleFunc("GET /transfers", s.ListTransfers)
-	mux.Handle("PUT /profile", idem.Optional()(http.HandlerFunc(s.PutProfile)))
-	mux.HandleFunc("GET /healthz", s.Healthz)
+	var eps []openapi.Endpoint
+	for _, rt := range routes {
+		mux.Handle(rt.pattern, rt.handler)
+		eps = append(eps, openapi.FromServeMux(rt.pattern, rt.handler))
+	}
+	// The OpenAPI fragments of the covered operations.
+	doc, err := openapi.New(idem, eps, openapi.WithInfo("payments", "1.0.0"))
+	if err != nil {
+		panic(err)
+	}
+	mux.Handle("GET /openapi.json", doc)
 
 	mux.Handle("/", payments.Unrouted(func(req *http.Request) bool {
 		_, pattern := mux.Handler(req)

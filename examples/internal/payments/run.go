@@ -29,7 +29,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/idemkey/idemkey/client"
+	"github.com/idemkey/idemkey/metrics/prom"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/store/memory"
 )
@@ -133,11 +137,23 @@ func Run(ctx context.Context, getenv func(string) string, logger *slog.Logger, r
 		return err
 	}
 
-	idem, err := middleware.New(backend.Store, middleware.WithObserver(middleware.SlogObserver(logger)))
+	// Every idempotency decision is logged and counted; GET /metrics serves
+	// the counts.
+	reg := prometheus.NewRegistry()
+	met, err := prom.New(reg)
+	if err != nil {
+		return err
+	}
+	logEvent, countEvent := middleware.SlogObserver(logger), met.Observer()
+	idem, err := middleware.New(met.Store(backend.Store), middleware.WithObserver(func(r *http.Request, e middleware.Event) {
+		logEvent(r, e)
+		countEvent(r, e)
+	}))
 	if err != nil {
 		return err
 	}
 	s := &Service{
+		metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		cfg:     cfg,
 		backend: backend,
 		idem:    idem,

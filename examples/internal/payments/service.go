@@ -25,7 +25,11 @@ type Service struct {
 	bankURL string
 	bank    *http.Client
 	logger  *slog.Logger
+	metrics http.Handler
 }
+
+// Metrics serves the idempotency metrics in the Prometheus text format.
+func (s *Service) Metrics() http.Handler { return s.metrics }
 
 // Idempotency returns the middleware for the service's routes: Required
 // for POST /payments and POST /transfers, Optional for PUT /profile.

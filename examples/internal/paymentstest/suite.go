@@ -3,11 +3,13 @@ package paymentstest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,6 +93,7 @@ func suite(t *testing.T, routes payments.Routes, b backend) {
 		{"ShutdownFinishesRequests", testShutdown},
 		{"Healthz", testHealthz},
 		{"RouteErrors", testRouteErrors},
+		{"MetricsAndOpenAPI", testMetricsAndOpenAPI},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -726,5 +729,60 @@ func testStoreDown(t *testing.T, routes payments.Routes) {
 	}
 	if ps := s.payments(); len(ps) != 0 {
 		t.Errorf("GET /payments = %+v, want none", ps)
+	}
+}
+
+// GET /metrics counts the idempotency decisions, and GET /openapi.json
+// describes exactly the covered operations.
+func testMetricsAndOpenAPI(t *testing.T, routes payments.Routes, b backend) {
+	s := start(t, routes, b.env, payments.Options{})
+	pay := req{method: http.MethodPost, path: "/payments", user: "alice", key: "m-1", body: `{"amount":10,"currency":"EUR"}`}
+	s.do(pay)
+	s.do(pay)
+	s.do(req{method: http.MethodPost, path: "/payments", user: "alice", body: `{"amount":10,"currency":"EUR"}`})
+
+	rep := s.do(req{method: http.MethodGet, path: "/metrics"})
+	for _, event := range []string{"first_attempt", "kept", "replay", "key_missing"} {
+		want := regexp.MustCompile(`idemkey_events_total\{event="` + event + `",route="[^"]*/payments"\} 1\n`)
+		if rep.Status != http.StatusOK || !want.MatchString(string(rep.Body)) {
+			t.Errorf("GET /metrics: %d, no %s count of 1 for /payments in:\n%s", rep.Status, event, rep.Body)
+		}
+	}
+
+	rep = s.do(req{method: http.MethodGet, path: "/openapi.json"})
+	type parameter struct {
+		Ref      string `json:"$ref"`
+		Name     string `json:"name"`
+		In       string `json:"in"`
+		Required bool   `json:"required"`
+	}
+	var doc struct {
+		OpenAPI string `json:"openapi"`
+		Paths   map[string]map[string]struct {
+			Parameters []parameter `json:"parameters"`
+		} `json:"paths"`
+		Components struct {
+			Parameters map[string]parameter `json:"parameters"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(rep.Body, &doc); err != nil || rep.Status != http.StatusOK {
+		t.Fatalf("GET /openapi.json: %d %v", rep.Status, err)
+	}
+	got := map[string]bool{}
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			for _, p := range op.Parameters {
+				if name, ok := strings.CutPrefix(p.Ref, "#/components/parameters/"); ok {
+					p = doc.Components.Parameters[name]
+				}
+				if p.In == "header" && p.Name == "Idempotency-Key" {
+					got[method+" "+path] = p.Required
+				}
+			}
+		}
+	}
+	want := map[string]bool{"post /payments": true, "post /transfers": true, "put /profile": false}
+	if !strings.HasPrefix(doc.OpenAPI, "3.1") || !maps.Equal(got, want) {
+		t.Errorf("OpenAPI %q covers %v, want %v", doc.OpenAPI, got, want)
 	}
 }
