@@ -2,7 +2,12 @@ package middleware
 
 import (
 	"container/list"
+	"crypto/sha256"
+	"encoding/binary"
+	"hash"
 	"hash/maphash"
+	"io"
+	"net/http"
 	"sync"
 	"time"
 
@@ -33,6 +38,11 @@ type cacheEntry struct {
 	key     string
 	rec     *store.Record
 	expires time.Time
+	// raw is the rawDigest of a request whose fingerprint matched rec's,
+	// when hasRaw: a repeat with the same digest has the same fingerprint
+	// (see Middleware.cached).
+	raw    [32]byte
+	hasRaw bool
 }
 
 func newReplayCache(size int, ttl time.Duration) *replayCache {
@@ -51,22 +61,67 @@ func (c *replayCache) shard(key string) *cacheShard {
 
 // get returns the cached record for key, if there is a live one.
 func (c *replayCache) get(key string) *store.Record {
+	rec, _, _ := c.lookup(key)
+	return rec
+}
+
+// lookup returns the cached record for key, if there is a live one, and
+// the raw digest of a request known to match it (when hasRaw).
+func (c *replayCache) lookup(key string) (rec *store.Record, raw [32]byte, hasRaw bool) {
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	el, ok := s.items[key]
 	if !ok {
-		return nil
+		return nil, raw, false
 	}
 	e := el.Value.(*cacheEntry)
 	if !c.now().Before(e.expires) {
 		s.order.Remove(el)
 		delete(s.items, key)
-		return nil
+		return nil, raw, false
 	}
 	s.order.MoveToFront(el)
-	return e.rec
+	return e.rec, e.raw, e.hasRaw
 }
+
+// learn notes that requests whose rawDigest is raw match rec, while rec is
+// still key's entry.
+func (c *replayCache) learn(key string, rec *store.Record, raw [32]byte) {
+	s := c.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if el, ok := s.items[key]; ok {
+		if e := el.Value.(*cacheEntry); e.rec == rec {
+			e.raw, e.hasRaw = raw, true
+		}
+	}
+}
+
+// rawDigest is a SHA-256 over exactly what fingerprint.Default reads of a
+// request, length-prefixed, as the request has it: the method, the escaped
+// path, the raw query, the first Content-Type header and the body. Two
+// requests with the same rawDigest have the same default fingerprint, and
+// the digest costs a fraction of the fingerprint (no JSON to canonicalise).
+func rawDigest(r *http.Request, body []byte) [32]byte {
+	h := rawHashes.Get().(hash.Hash)
+	h.Reset()
+	var n [8]byte
+	for _, part := range [...]string{r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Get("Content-Type")} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		io.WriteString(h, part)
+	}
+	binary.BigEndian.PutUint64(n[:], uint64(len(body)))
+	h.Write(n[:])
+	h.Write(body)
+	var d [32]byte
+	h.Sum(d[:0])
+	rawHashes.Put(h)
+	return d
+}
+
+var rawHashes = sync.Pool{New: func() any { return sha256.New() }}
 
 // put caches rec under key until the cache's TTL or the end of the record's
 // retention, whichever comes first.

@@ -197,13 +197,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	fp := m.cfg.fingerprint(r, body)
 	if m.cache != nil {
-		if rec := m.cache.get(skey); rec != nil {
-			m.completed(w, r, rec, fp, digest)
+		if rec, raw, hasRaw := m.cache.lookup(skey); rec != nil {
+			m.cached(w, r, skey, rec, raw, hasRaw, body, digest)
 			return
 		}
 	}
+	fp := m.cfg.fingerprint(r, body)
 
 	c := call{h: h, w: w, r: r, body: body, skey: skey, digest: digest,
 		key:   idemkey.Key{Scope: sc, Value: key},
@@ -411,6 +411,29 @@ func (m *Middleware) releaseAbandoned(skey, token string) {
 	ctx, cancel := m.budget(context.Background())
 	defer cancel()
 	m.store.Release(ctx, skey, token)
+}
+
+// cached answers a request whose key's kept response is in the local
+// cache, as completed does. With the default fingerprint, a repeat whose
+// rawDigest equals one already found to match the record has the same
+// fingerprint, so the fingerprint (which canonicalises the body and costs
+// several times the digest) is computed only for a repeat whose bytes
+// differ from those seen before.
+func (m *Middleware) cached(w http.ResponseWriter, r *http.Request, skey string, rec *store.Record, raw [32]byte, hasRaw bool, body []byte, digest string) {
+	if !m.cfg.defaultFingerprint {
+		m.completed(w, r, rec, m.cfg.fingerprint(r, body), digest)
+		return
+	}
+	d := rawDigest(r, body)
+	if hasRaw && d == raw {
+		m.replay(w, r, rec, digest)
+		return
+	}
+	fp := m.cfg.fingerprint(r, body)
+	if fp == rec.Fingerprint {
+		m.cache.learn(skey, rec, d)
+	}
+	m.completed(w, r, rec, fp, digest)
 }
 
 // completed answers a request whose key holds a kept response: the replay

@@ -47,6 +47,9 @@ type config struct {
 	failOpen        bool
 	cacheSize       int
 	cacheTTL        time.Duration
+	// defaultFingerprint: fingerprint is fingerprint.Default (no
+	// WithFingerprint), a function of what rawDigest covers.
+	defaultFingerprint bool
 
 	errs []error
 }
@@ -271,6 +274,7 @@ func newConfig(opts []Option) (*config, error) {
 	}
 	if c.fingerprint == nil {
 		c.fingerprint = fingerprint.Default
+		c.defaultFingerprint = true
 	}
 	if c.deadline == 0 {
 		c.deadline = DefaultDeadline
