@@ -1,0 +1,553 @@
+// Command load measures what idempotency costs a net/http service, side by
+// side with the alternatives, in one run on one machine.
+//
+// It starts a redis-server of its own on a free loopback port, and one
+// server process per scenario, each around the same handler (it reads a
+// 1 KiB JSON body and answers 201 with a small JSON document):
+//
+//   - bare: the handler alone;
+//   - floor: a hand-written layer that makes exactly the Redis calls idemkey
+//     needs, a claim script and then a store script, and nothing else;
+//   - typical: what most idempotency libraries do: GET the stored response,
+//     SET NX a lock, run, SET the response, DEL the lock;
+//   - idemkey-memory, idemkey-redis, idemkey-redis+cache: idemkey's
+//     middleware on the memory store, on the Redis store, and on the Redis
+//     store with the local replay cache (middleware.WithLocalCache).
+//
+// For each scenario it drives the server over keep-alive connections on
+// loopback for a fixed time with fresh keys (every request a first run) and
+// with repeated keys (every request a replay of a key seeded before), at
+// each concurrency (-conns), in several rounds whose order rotates so that
+// a change in the machine's load falls on every scenario alike. Every
+// answer is checked: a first run must come from its own run of the handler
+// (its key, the whole body, a run number no other answer has, and the
+// server's count of handler runs must equal the number of first runs), and a
+// replay must equal the first answer byte for byte, with
+// Idempotent-Replayed: true, without running the handler. A scenario with
+// any failed check is marked FAILED and the command exits 1.
+//
+// It prints the machine, then one table: requests per second and their
+// ratio to bare and to floor in the same run, latency percentiles, server
+// CPU per request (from the server process's getrusage), and Redis
+// commands, command time (INFO commandstats) and Redis CPU (INFO cpu) per
+// request. It stops by itself: every cell runs for -d, and the whole run is
+// bounded by -timeout.
+//
+// Usage (from bench/):
+//
+//	go run ./cmd/load                      # every scenario, 16 and 64 connections, 3 rounds of 3 s
+//	go run ./cmd/load -d 5s -rounds 5      # longer
+//	go run ./cmd/load -scenarios bare,idemkey-redis -conns 64
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	log.SetFlags(0)
+	var (
+		d         = flag.Duration("d", 3*time.Second, "how long each cell (scenario, phase, concurrency) runs in each round")
+		rounds    = flag.Int("rounds", 3, "rounds; each runs every cell once, scenarios in a rotating order")
+		connsFlag = flag.String("conns", "16,64", "concurrencies: keep-alive connections, each with one request at a time")
+		scFlag    = flag.String("scenarios", strings.Join(scenarios, ","), "scenarios to run")
+		keys      = flag.Int("keys", 1024, "keys seeded for each replay cell")
+		redisBin  = flag.String("redis-server", "redis-server", "the redis-server binary")
+		timeout   = flag.Duration("timeout", 0, "bound on the whole run (default: 3x the planned time plus 2 minutes)")
+
+		serveSc   = flag.String("serve", "", "internal: run as the server process of this scenario")
+		redisAddr = flag.String("redis-addr", "", "internal: the Redis address for -serve")
+		pool      = flag.Int("pool", 64, "internal: go-redis pool size for -serve")
+		profile   = flag.String("cpuprofile", "", "write each server process's CPU profile to this directory, as SCENARIO.pprof")
+		phasesF   = flag.String("phases", "first,replay", "phases to run: first (fresh keys), replay (repeated keys)")
+	)
+	flag.Parse()
+	if *serveSc != "" {
+		if err := serve(*serveSc, *redisAddr, *pool, *profile); err != nil {
+			log.Fatalf("load: serve %s: %v", *serveSc, err)
+		}
+		return
+	}
+
+	var connsList []int
+	for _, s := range strings.Split(*connsFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 1024 {
+			log.Fatalf("load: -conns: %q is not a concurrency from 1 to 1024", s)
+		}
+		connsList = append(connsList, n)
+	}
+	var scs []string
+	for _, s := range strings.Split(*scFlag, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(scenarios, s) {
+			log.Fatalf("load: unknown scenario %q (have %s)", s, strings.Join(scenarios, ", "))
+		}
+		scs = append(scs, s)
+	}
+	var phases []phase
+	for _, s := range strings.Split(*phasesF, ",") {
+		switch strings.TrimSpace(s) {
+		case "first":
+			phases = append(phases, fresh)
+		case "replay":
+			phases = append(phases, replay)
+		default:
+			log.Fatalf("load: -phases: %q is neither first nor replay", s)
+		}
+	}
+	if *d <= 0 || *rounds < 1 || *keys < 1 {
+		log.Fatal("load: -d, -rounds and -keys must be positive")
+	}
+	maxConns := slices.Max(connsList)
+	planned := time.Duration(*rounds*len(connsList)*len(phases)*len(scs))*(*d) + time.Duration(len(scs))*time.Second
+	if *timeout == 0 {
+		*timeout = 3*planned + 2*time.Minute
+	}
+
+	r := &runner{d: *d, keys: *keys}
+	defer r.cleanup()
+	// Stop by ourselves, whatever happens: on a signal, and at -timeout.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		r.cleanup()
+		log.Fatalf("load: %v", s)
+	}()
+	watchdog := time.AfterFunc(*timeout, func() {
+		r.cleanup()
+		log.Fatalf("load: the run took longer than -timeout %v", *timeout)
+	})
+	defer watchdog.Stop()
+
+	needRedis := slices.ContainsFunc(scs, usesRedis)
+	var err error
+	if needRedis {
+		if r.redis, err = startRedis(*redisBin); err != nil {
+			log.Fatalf("load: %v", err)
+		}
+	}
+	r.servers = map[string]*serverProc{}
+	for _, sc := range scs {
+		addr := ""
+		if r.redis != nil {
+			addr = r.redis.addr
+		}
+		prof := ""
+		if *profile != "" {
+			prof = filepath.Join(*profile, sc+".pprof")
+		}
+		p, err := startServer(sc, addr, maxConns, prof)
+		if err != nil {
+			r.cleanup()
+			log.Fatalf("load: start %s: %v", sc, err)
+		}
+		r.servers[sc] = p
+	}
+
+	m := machine(r)
+	fmt.Fprintf(os.Stderr, "load: %d scenarios x %d phases x %v connections x %d rounds of %v (about %v)\n",
+		len(scs), len(phases), connsList, *rounds, *d, planned.Round(time.Second))
+
+	// Warm up every server (go-redis pools, scripts cached, heaps grown):
+	// a second of first runs at the largest concurrency, checked but not
+	// counted.
+	for _, sc := range scs {
+		if _, err := r.cell(sc, maxConns, fresh, "warm", time.Second); err != nil {
+			r.cleanup()
+			log.Fatalf("load: warm-up of %s: %v", sc, err)
+		}
+	}
+	results := map[cellKey]*cellAgg{}
+	for round := 1; round <= *rounds; round++ {
+		for _, conns := range connsList {
+			for _, ph := range phases {
+				order := rotate(scs, round-1)
+				for _, sc := range order {
+					c, err := r.cell(sc, conns, ph, "r"+strconv.Itoa(round), *d)
+					if err != nil {
+						r.cleanup()
+						log.Fatalf("load: %s %s %d: %v", sc, ph, conns, err)
+					}
+					k := cellKey{sc, conns, ph}
+					if results[k] == nil {
+						results[k] = &cellAgg{}
+					}
+					results[k].add(c)
+					fmt.Fprintf(os.Stderr, "load: round %d  %-20s %-9s %3d conns  %8.0f req/s  %d errors\n",
+						round, sc, ph, conns, c.rate(), c.errors)
+				}
+			}
+		}
+	}
+	m.loadAfter = loadAverage()
+	failed := report(os.Stdout, m, scs, connsList, phases, results, *d, *rounds)
+	r.cleanup()
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func rotate(s []string, n int) []string {
+	n %= len(s)
+	return append(slices.Clone(s[n:]), s[:n]...)
+}
+
+// runner holds the processes of a run.
+type runner struct {
+	d       time.Duration
+	keys    int
+	redis   *redisServer
+	servers map[string]*serverProc
+	once    sync.Once
+}
+
+func (r *runner) cleanup() {
+	r.once.Do(func() {
+		for _, p := range r.servers {
+			p.stop()
+		}
+		if r.redis != nil {
+			r.redis.close()
+		}
+	})
+}
+
+type cellKey struct {
+	scenario string
+	conns    int
+	phase    phase
+}
+
+// cellAgg adds up a cell's rounds.
+type cellAgg struct {
+	requests  int64
+	elapsed   time.Duration
+	hist      histogram
+	serverCPU time.Duration
+	runs      int64
+	redis     redisDelta
+	sent      map[string]int64 // Redis commands the server process sent
+	errors    int64
+	firstErr  error
+}
+
+func (a *cellAgg) sentTotal() int64 {
+	var n int64
+	for _, v := range a.sent {
+		n += v
+	}
+	return n
+}
+
+func (a *cellAgg) add(o *cellAgg) {
+	a.requests += o.requests
+	a.elapsed += o.elapsed
+	a.hist.merge(&o.hist)
+	a.serverCPU += o.serverCPU
+	a.runs += o.runs
+	a.redis.add(o.redis)
+	if a.sent == nil {
+		a.sent = map[string]int64{}
+	}
+	for k, v := range o.sent {
+		a.sent[k] += v
+	}
+	a.errors += o.errors
+	if a.firstErr == nil {
+		a.firstErr = o.firstErr
+	}
+}
+
+func (a *cellAgg) rate() float64 {
+	if a.elapsed <= 0 {
+		return 0
+	}
+	return float64(a.requests) / a.elapsed.Seconds()
+}
+
+func (a *cellAgg) per(x float64) float64 {
+	if a.requests == 0 {
+		return 0
+	}
+	return x / float64(a.requests)
+}
+
+// cell runs one scenario at one concurrency in one phase for d, and
+// measures it.
+func (r *runner) cell(sc string, conns int, ph phase, tag string, d time.Duration) (*cellAgg, error) {
+	p := r.servers[sc]
+	short := map[phase]string{fresh: "f", replay: "p"}[ph]
+	l := &load{scenario: sc, addr: p.addr, conns: conns, phase: ph,
+		prefix: fmt.Sprintf("%s-%s-c%d-%s", sc, tag, conns, short)}
+	if ph == replay {
+		if err := l.seed(r.keys); err != nil {
+			return nil, err
+		}
+	}
+	s0, err := p.stats()
+	if err != nil {
+		return nil, err
+	}
+	var rs0 redisStats
+	if r.redis != nil {
+		if rs0, err = readRedisStats(r.redis.addr); err != nil {
+			return nil, err
+		}
+	}
+	res, err := l.run(d)
+	if err != nil {
+		return nil, err
+	}
+	s1, err := p.stats()
+	if err != nil {
+		return nil, err
+	}
+	c := &cellAgg{requests: res.requests, elapsed: res.elapsed, hist: res.hist,
+		serverCPU: time.Duration(s1.CPUNs - s0.CPUNs), runs: s1.Runs - s0.Runs,
+		errors: res.errors, firstErr: res.firstErr, sent: map[string]int64{}}
+	for name, n := range s1.Sent {
+		if dn := n - s0.Sent[name]; dn > 0 {
+			c.sent[name] = dn
+		}
+	}
+	if r.redis != nil {
+		rs1, err := readRedisStats(r.redis.addr)
+		if err != nil {
+			return nil, err
+		}
+		c.redis = rs0.delta(rs1)
+	}
+	// Exactly once: the handler ran once for every first run, and never
+	// for a replay.
+	want := res.requests
+	if ph == replay && idempotent(sc) {
+		want = 0
+	}
+	if c.runs != want {
+		c.errors++
+		if c.firstErr == nil {
+			c.firstErr = fmt.Errorf("the handler ran %d times for %d requests (want %d)", c.runs, res.requests, want)
+		}
+	}
+	return c, nil
+}
+
+// serverProc is one scenario's server process.
+type serverProc struct {
+	scenario  string
+	cmd       *exec.Cmd
+	stdin     io.WriteCloser
+	addr, ctl string
+	done      chan struct{}
+	client    *http.Client
+}
+
+func startServer(sc, redisAddr string, pool int, profile string) (*serverProc, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "-serve", sc, "-redis-addr", redisAddr, "-pool", strconv.Itoa(pool), "-cpuprofile", profile)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &serverProc{scenario: sc, cmd: cmd, stdin: stdin, done: make(chan struct{}),
+		client: &http.Client{Timeout: 10 * time.Second}}
+	ready := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err == nil {
+			f := strings.Fields(line)
+			if len(f) == 3 && f[0] == "ready" {
+				p.addr, p.ctl = f[1], f[2]
+			} else {
+				err = fmt.Errorf("server said %q", line)
+			}
+		}
+		ready <- err
+		io.Copy(io.Discard, stdout)
+		cmd.Wait()
+		close(p.done)
+	}()
+	select {
+	case err = <-ready:
+	case <-time.After(30 * time.Second):
+		err = errors.New("server did not start within 30s")
+	}
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// stop closes the server's standard input, which makes it shut down, and
+// kills it by its PID if it has not exited within 3 seconds.
+func (p *serverProc) stop() {
+	p.stdin.Close()
+	select {
+	case <-p.done:
+	case <-time.After(3 * time.Second):
+		syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+func (p *serverProc) stats() (serverStats, error) {
+	var s serverStats
+	resp, err := p.client.Get("http://" + p.ctl + "/stats")
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// machineInfo describes where the run ran.
+type machineInfo struct {
+	cpus       int
+	model      string
+	goVersion  string
+	redis      string
+	loadBefore string
+	loadAfter  string
+}
+
+func machine(r *runner) *machineInfo {
+	m := &machineInfo{cpus: runtime.NumCPU(), goVersion: runtime.Version(), loadBefore: loadAverage()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if r.redis != nil {
+		if info, err := redisDo(r.redis.addr, "INFO", "server"); err == nil {
+			for _, line := range strings.Split(info, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+					m.redis = v
+				}
+			}
+		}
+	}
+	return m
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// report prints the machine, the table and the targets, and reports
+// whether any check failed.
+func report(w io.Writer, m *machineInfo, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg, d time.Duration, rounds int) bool {
+	fmt.Fprintf(w, "machine: %d CPUs, %s; %s; Redis %s; load average %s before, %s after\n",
+		m.cpus, cmp.Or(m.model, "unknown CPU"), m.goVersion, cmp.Or(m.redis, "-"), m.loadBefore, m.loadAfter)
+	fmt.Fprintf(w, "each row: %d rounds of %v; 1 KiB JSON POST, 201 with a 90-byte JSON answer\n\n", rounds, d)
+	fmt.Fprintln(w, "| conns | keys | scenario | req/s | x bare | x floor | p50 ms | p99 ms | server us/req | Redis cmds/req | Redis cmd us/req | Redis CPU us/req | checks |")
+	fmt.Fprintln(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	failed := false
+	for _, conns := range connsList {
+		for _, ph := range phases {
+			bare := results[cellKey{scBare, conns, ph}]
+			fl := results[cellKey{scFloor, conns, ph}]
+			for _, sc := range scs {
+				c := results[cellKey{sc, conns, ph}]
+				check := "ok"
+				if c.errors > 0 {
+					failed = true
+					check = fmt.Sprintf("FAILED (%d): %v", c.errors, c.firstErr)
+				}
+				fmt.Fprintf(w, "| %d | %s | %s | %.0f | %s | %s | %.2f | %.2f | %.1f | %.2f | %.1f | %.1f | %s |\n",
+					conns, ph, sc, c.rate(), ratio(c, bare), ratio(c, fl),
+					ms(c.hist.quantile(0.5)), ms(c.hist.quantile(0.99)),
+					c.per(float64(c.serverCPU.Microseconds())),
+					c.per(float64(c.sentTotal())), c.per(c.redis.sentUsec(c.sent)), c.per(c.redis.cpu*1e6),
+					check)
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Redis commands per request at the largest concurrency: sent by the server, and run inside Redis (scripts' commands included)")
+	conns := slices.Max(connsList)
+	for _, ph := range phases {
+		for _, sc := range scs {
+			c := results[cellKey{sc, conns, ph}]
+			if c.sentTotal() == 0 && len(c.redis.calls) == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "  %-9s %-20s sent: %s; run: %s\n", ph, sc, perRequest(c, c.sent), perRequest(c, c.redis.calls))
+		}
+	}
+	return failed
+}
+
+func perRequest(c *cellAgg, m map[string]int64) string {
+	var parts []string
+	for _, name := range slices.Sorted(mapKeys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %.2f", name, c.per(float64(m[name]))))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func ratio(c, base *cellAgg) string {
+	if c == nil || base == nil || base.rate() == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", c.rate()/base.rate())
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
