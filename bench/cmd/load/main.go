@@ -77,12 +77,13 @@ func main() {
 		serveSc   = flag.String("serve", "", "internal: run as the server process of this scenario")
 		redisAddr = flag.String("redis-addr", "", "internal: the Redis address for -serve")
 		pool      = flag.Int("pool", 64, "internal: go-redis pool size for -serve")
+		cacheSize = flag.Int("cache", 10_000, "records the idemkey-redis+cache scenario keeps in its local replay cache")
 		profile   = flag.String("cpuprofile", "", "write each server process's CPU profile to this directory, as SCENARIO.pprof")
 		phasesF   = flag.String("phases", "first,replay", "phases to run: first (fresh keys), replay (repeated keys)")
 	)
 	flag.Parse()
 	if *serveSc != "" {
-		if err := serve(*serveSc, *redisAddr, *pool, *profile); err != nil {
+		if err := serve(*serveSc, *redisAddr, *pool, *cacheSize, *profile); err != nil {
 			log.Fatalf("load: serve %s: %v", *serveSc, err)
 		}
 		return
@@ -115,8 +116,8 @@ func main() {
 			log.Fatalf("load: -phases: %q is neither first nor replay", s)
 		}
 	}
-	if *d <= 0 || *rounds < 1 || *keys < 1 {
-		log.Fatal("load: -d, -rounds and -keys must be positive")
+	if *d <= 0 || *rounds < 1 || *keys < 1 || *cacheSize < 1 {
+		log.Fatal("load: -d, -rounds, -keys and -cache must be positive")
 	}
 	maxConns := slices.Max(connsList)
 	planned := time.Duration(*rounds*len(connsList)*len(phases)*len(scs))*(*d) + time.Duration(len(scs))*time.Second
@@ -157,7 +158,7 @@ func main() {
 		if *profile != "" {
 			prof = filepath.Join(*profile, sc+".pprof")
 		}
-		p, err := startServer(sc, addr, maxConns, prof)
+		p, err := startServer(sc, addr, maxConns, *cacheSize, prof)
 		if err != nil {
 			r.cleanup()
 			log.Fatalf("load: start %s: %v", sc, err)
@@ -363,12 +364,13 @@ type serverProc struct {
 	client    *http.Client
 }
 
-func startServer(sc, redisAddr string, pool int, profile string) (*serverProc, error) {
+func startServer(sc, redisAddr string, pool, cacheSize int, profile string) (*serverProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "-serve", sc, "-redis-addr", redisAddr, "-pool", strconv.Itoa(pool), "-cpuprofile", profile)
+	cmd := exec.Command(exe, "-serve", sc, "-redis-addr", redisAddr, "-pool", strconv.Itoa(pool),
+		"-cache", strconv.Itoa(cacheSize), "-cpuprofile", profile)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
@@ -519,7 +521,47 @@ func report(w io.Writer, m *machineInfo, scs []string, connsList []int, phases [
 			fmt.Fprintf(w, "  %-9s %-20s sent: %s; run: %s\n", ph, sc, perRequest(c, c.sent), perRequest(c, c.redis.calls))
 		}
 	}
+	targets(w, scs, connsList, phases, results)
 	return failed
+}
+
+// targets prints the ratios the project holds itself to, each against its
+// target, at every concurrency.
+func targets(w io.Writer, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg) {
+	type target struct {
+		what     string
+		sc, base string
+		ph       phase
+		min      float64
+	}
+	var ts []target
+	for _, ph := range phases {
+		ts = append(ts,
+			target{"idemkey-redis / floor", scRedis, scFloor, ph, 1.0},
+			target{"idemkey-redis / typical", scRedis, scTypical, ph, 1.0},
+			target{"idemkey-memory / bare", scMemory, scBare, ph, 0.85})
+	}
+	if slices.Contains(phases, replay) {
+		ts = append(ts, target{"idemkey-redis+cache / bare", scRedisCache, scBare, replay, 0.8})
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Targets (req/s ratios; * marks a miss):")
+	for _, t := range ts {
+		if !slices.Contains(scs, t.sc) || !slices.Contains(scs, t.base) {
+			continue
+		}
+		var parts []string
+		for _, conns := range connsList {
+			c, b := results[cellKey{t.sc, conns, t.ph}], results[cellKey{t.base, conns, t.ph}]
+			r := c.rate() / b.rate()
+			mark := ""
+			if r < t.min {
+				mark = "*"
+			}
+			parts = append(parts, fmt.Sprintf("%d conns %.2f%s", conns, r, mark))
+		}
+		fmt.Fprintf(w, "  %-28s %-9s >= %.2f: %s\n", t.what, t.ph, t.min, strings.Join(parts, ", "))
+	}
 }
 
 func perRequest(c *cellAgg, m map[string]int64) string {

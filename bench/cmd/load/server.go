@@ -51,10 +51,9 @@ const (
 	claimTTL  = 35 * time.Second // idemkey's default deadline (30 s) plus its claim margin
 	retention = 24 * time.Hour   // idemkey's default
 	maxBody   = 1 << 20          // request body limit, idemkey's default
-	// cacheSize and cacheTTL configure idemkey's local replay cache in the
-	// idemkey-redis+cache scenario.
-	cacheSize = 100_000
-	cacheTTL  = time.Minute
+	// cacheTTL is the life of an entry in idemkey's local replay cache in
+	// the idemkey-redis+cache scenario; -cache sets its size.
+	cacheTTL = time.Minute
 )
 
 // app is the handler every scenario wraps: it reads the request body and
@@ -144,10 +143,10 @@ func processCPU() int64 {
 // ports, the scenario's and a control port for the driver's /stats, prints
 // "ready <addr> <control addr>" and serves until its standard input closes
 // (the driver exits or closes it).
-func serve(sc, redisAddr string, poolSize int, profile string) error {
+func serve(sc, redisAddr string, poolSize, cacheSize int, profile string) error {
 	a := &app{}
 	counter := &commandCounter{n: map[string]int64{}}
-	h, closeFn, err := scenarioHandler(sc, a, redisAddr, poolSize, counter)
+	h, closeFn, err := scenarioHandler(sc, a, redisAddr, poolSize, cacheSize, counter)
 	if err != nil {
 		return err
 	}
@@ -201,7 +200,7 @@ func newRedisClient(addr string, poolSize int) *goredis.Client {
 }
 
 // scenarioHandler builds the handler of scenario sc around a.
-func scenarioHandler(sc string, a *app, redisAddr string, poolSize int, counter *commandCounter) (http.Handler, func(), error) {
+func scenarioHandler(sc string, a *app, redisAddr string, poolSize, cacheSize int, counter *commandCounter) (http.Handler, func(), error) {
 	nop := func() {}
 	switch sc {
 	case scBare:
