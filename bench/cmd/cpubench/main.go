@@ -1,4 +1,5 @@
-// Command cpubench runs Go benchmarks one at a time in test binaries and
+// Command cpubench runs Go benchmarks one at a time (each sub-benchmark on
+// its own) in test binaries and
 // adds the CPU time each operation cost, from the operating system's
 // account of the benchmark process (user plus system time, every thread,
 // the garbage collector included), as a "cpu-ns/op" metric next to the
@@ -32,6 +33,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -83,7 +86,7 @@ func main() {
 	for round := 1; round <= *count; round++ {
 		for _, b := range bins {
 			for i, name := range b.names {
-				pattern := "^" + regexp.QuoteMeta(name) + "$"
+				pattern := namePattern(name)
 				base, err := run(b.path, pattern, 1)
 				if err != nil {
 					log.Fatalf("cpubench: %s %s: %v", b.name, name, err)
@@ -107,23 +110,48 @@ func main() {
 	}
 }
 
-// list returns the names of the top-level benchmarks in the binary at path
-// that match pattern.
+// list returns the names of the benchmarks in the binary at path whose
+// top-level names match pattern: each leaf, so that a benchmark with
+// sub-benchmarks is run one sub-benchmark at a time.
 func list(path, pattern string) ([]string, error) {
 	out, err := exec.Command(path, "-test.list", pattern).Output()
 	if err != nil {
 		return nil, err
 	}
 	var names []string
-	for _, l := range strings.Fields(string(out)) {
-		if strings.HasPrefix(l, "Benchmark") {
-			names = append(names, l)
+	for _, top := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(top, "Benchmark") {
+			continue
+		}
+		// One iteration of each shows the leaves' names.
+		r, err := run(path, namePattern(top), 1)
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range r.lines {
+			name := strings.Fields(line)[0]
+			if p := os.Getenv("GOMAXPROCS"); p != "" {
+				name = strings.TrimSuffix(name, "-"+p)
+			} else {
+				name = strings.TrimSuffix(name, "-"+strconv.Itoa(runtime.NumCPU()))
+			}
+			names = append(names, name)
 		}
 	}
 	if len(names) == 0 {
 		return nil, fmt.Errorf("no benchmarks match %q", pattern)
 	}
 	return names, nil
+}
+
+// namePattern returns the -test.bench pattern that matches name exactly,
+// one anchored element per sub-benchmark level.
+func namePattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
 }
 
 type result struct {
