@@ -736,7 +736,7 @@ func testStoreDown(t *testing.T, routes payments.Routes) {
 // describes exactly the covered operations.
 func testMetricsAndOpenAPI(t *testing.T, routes payments.Routes, b backend) {
 	s := start(t, routes, b.env, payments.Options{})
-	pay := req{method: http.MethodPost, path: "/payments", user: "alice", key: "m-1", body: `{"amount":10,"currency":"EUR"}`}
+	pay := req{method: http.MethodPost, path: "/payments", user: "alice", key: newKey(), body: `{"amount":10,"currency":"EUR"}`}
 	s.do(pay)
 	s.do(pay)
 	s.do(req{method: http.MethodPost, path: "/payments", user: "alice", body: `{"amount":10,"currency":"EUR"}`})
