@@ -40,9 +40,9 @@ type capture struct {
 	// that go out; trailers set there are copied over when it is sent.
 	after http.Header
 
+	// These live here so that one allocation serves the whole exchange:
 	// ctx is the handler's context, in the request body the handler reads,
-	// and length the value slot of the Content-Length header send sets:
-	// they live here so that one allocation serves the whole exchange.
+	// and length the value slot of the Content-Length header send sets.
 	ctx    runContext
 	in     bodyReader
 	length [1]string
