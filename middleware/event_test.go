@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/scope"
@@ -65,5 +66,35 @@ func TestEventsOfAFirstRunAndItsRepeats(t *testing.T) {
 	}
 	if middleware.EventStoreError.String() != "store_error" || middleware.EventKind(200).String() != "invalid" {
 		t.Error("event names")
+	}
+}
+
+func TestEventsAfterAClaimCarryItsLatency(t *testing.T) {
+	f := newFixture(t)
+	h := newBlocker()
+	mw := f.mw.Required()(h)
+	go serve(mw, post("k", `{}`))
+	<-h.started
+	serve(mw, post("k", `{}`))          // in flight
+	serve(mw, post("k", `{"other":1}`)) // reused
+	close(h.release)
+	for f.store.completes.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	serve(mw, post("k", `{}`)) // replay
+	f.events.mu.Lock()
+	defer f.events.mu.Unlock()
+	seen := map[middleware.EventKind]bool{}
+	for _, e := range f.events.events {
+		switch e.Kind {
+		case middleware.EventFirstAttempt, middleware.EventInFlight, middleware.EventKeyReused, middleware.EventReplay, middleware.EventKept:
+			if e.StoreLatency <= 0 {
+				t.Errorf("%v without store latency", e.Kind)
+			}
+			seen[e.Kind] = true
+		}
+	}
+	if len(seen) != 5 {
+		t.Fatalf("events seen %v", seen)
 	}
 }

@@ -172,10 +172,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.next.ServeHTTP(w, r)
 			return
 		}
-		m.refuse(w, r, EventKeyMissing, "", CodeKeyMissing, 0)
+		m.refuse(w, r, EventKeyMissing, Event{}, CodeKeyMissing, 0)
 		return
 	default:
-		m.refuse(w, r, EventKeyInvalid, "", CodeKeyInvalid, 0)
+		m.refuse(w, r, EventKeyInvalid, Event{}, CodeKeyInvalid, 0)
 		return
 	}
 
@@ -191,15 +191,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(r, m.cfg.maxRequestBody, buf)
 	if err != nil {
 		if errors.Is(err, errTooLarge) {
-			m.refuse(w, r, EventRequestTooLarge, digest, CodeRequestTooLarge, 0)
+			m.refuse(w, r, EventRequestTooLarge, Event{KeyDigest: digest}, CodeRequestTooLarge, 0)
 		} else {
-			m.refuse(w, r, EventKeyInvalid, digest, CodeBodyUnreadable, 0)
+			m.refuse(w, r, 0, Event{KeyDigest: digest}, CodeBodyUnreadable, 0)
 		}
 		return
 	}
 	if m.cache != nil {
 		if rec, raw, hasRaw := m.cache.lookup(skey); rec != nil {
-			m.cached(w, r, skey, rec, raw, hasRaw, body, digest)
+			m.cached(w, r, skey, rec, raw, hasRaw, body, Event{KeyDigest: digest})
 			return
 		}
 	}
@@ -240,15 +240,24 @@ func (m *Middleware) claim(r *http.Request, c *call) claimOutcome {
 
 func (c *call) decide(o claimOutcome) {
 	m := c.h.m
+	ev := Event{KeyDigest: c.digest, StoreLatency: time.Since(c.start)}
 	if o.err != nil {
-		m.emit(c.r, Event{Kind: EventStoreError, KeyDigest: c.digest, StoreLatency: time.Since(c.start), Err: o.err})
+		failed := ev
+		failed.Kind, failed.Err = EventStoreError, o.err
+		m.emit(c.r, failed)
 		// The claim may have landed before the failure; free it if so.
 		go m.releaseAbandoned(c.skey, c.claim.Token)
 		if m.cfg.failOpen {
-			c.h.next.ServeHTTP(c.w, c.r)
+			// Run without idempotency, on the body already read.
+			r := new(http.Request)
+			*r = *c.r
+			in := new(bodyReader)
+			in.Reset(c.body)
+			r.Body, r.GetBody = in, nil
+			c.h.next.ServeHTTP(c.w, r)
 			return
 		}
-		m.refuse(c.w, c.r, 0, c.digest, CodeUnavailable, 1)
+		m.refuse(c.w, c.r, 0, ev, CodeUnavailable, 1)
 		return
 	}
 	res := o.res
@@ -258,16 +267,16 @@ func (c *call) decide(o claimOutcome) {
 	case store.Completed:
 		if res.Record == nil {
 			m.emit(c.r, Event{Kind: EventStoreError, KeyDigest: c.digest, Err: errors.New("idemkey: middleware: store answered completed without a record")})
-			m.refuse(c.w, c.r, 0, c.digest, CodeUnavailable, 1)
+			m.refuse(c.w, c.r, 0, ev, CodeUnavailable, 1)
 			return
 		}
 		if m.cache != nil {
 			m.cache.put(c.skey, res.Record, m.cfg.retention)
 		}
-		m.completed(c.w, c.r, res.Record, c.claim.Fingerprint, c.digest)
+		m.completed(c.w, c.r, res.Record, c.claim.Fingerprint, ev)
 	case store.InFlight:
 		if res.Fingerprint != c.claim.Fingerprint {
-			m.refuse(c.w, c.r, EventKeyReused, c.digest, CodeKeyReused, 0)
+			m.refuse(c.w, c.r, EventKeyReused, ev, CodeKeyReused, 0)
 			return
 		}
 		if m.cfg.wait > 0 {
@@ -276,10 +285,10 @@ func (c *call) decide(o claimOutcome) {
 				return
 			}
 		}
-		m.refuse(c.w, c.r, EventInFlight, c.digest, CodeConflict, retryAfter(res.TTL))
+		m.refuse(c.w, c.r, EventInFlight, ev, CodeConflict, retryAfter(res.TTL))
 	default:
 		m.emit(c.r, Event{Kind: EventStoreError, KeyDigest: c.digest, Err: errors.New("idemkey: middleware: store answered an unknown claim state")})
-		m.refuse(c.w, c.r, 0, c.digest, CodeUnavailable, 1)
+		m.refuse(c.w, c.r, 0, ev, CodeUnavailable, 1)
 	}
 }
 
@@ -419,36 +428,37 @@ func (m *Middleware) releaseAbandoned(skey, token string) {
 // fingerprint, so the fingerprint (which canonicalises the body and costs
 // several times the digest) is computed only for a repeat whose bytes
 // differ from those seen before.
-func (m *Middleware) cached(w http.ResponseWriter, r *http.Request, skey string, rec *store.Record, raw [32]byte, hasRaw bool, body []byte, digest string) {
+func (m *Middleware) cached(w http.ResponseWriter, r *http.Request, skey string, rec *store.Record, raw [32]byte, hasRaw bool, body []byte, ev Event) {
 	if !m.cfg.defaultFingerprint {
-		m.completed(w, r, rec, m.cfg.fingerprint(r, body), digest)
+		m.completed(w, r, rec, m.cfg.fingerprint(r, body), ev)
 		return
 	}
 	d := rawDigest(r, body)
 	if hasRaw && d == raw {
-		m.replay(w, r, rec, digest)
+		m.replay(w, r, rec, ev)
 		return
 	}
 	fp := m.cfg.fingerprint(r, body)
 	if fp == rec.Fingerprint {
 		m.cache.learn(skey, rec, d)
 	}
-	m.completed(w, r, rec, fp, digest)
+	m.completed(w, r, rec, fp, ev)
 }
 
 // completed answers a request whose key holds a kept response: the replay
 // when the fingerprints match, 422 when they do not.
-func (m *Middleware) completed(w http.ResponseWriter, r *http.Request, rec *store.Record, fp [32]byte, digest string) {
+func (m *Middleware) completed(w http.ResponseWriter, r *http.Request, rec *store.Record, fp [32]byte, ev Event) {
 	if rec.Fingerprint != fp {
-		m.refuse(w, r, EventKeyReused, digest, CodeKeyReused, 0)
+		m.refuse(w, r, EventKeyReused, ev, CodeKeyReused, 0)
 		return
 	}
-	m.replay(w, r, rec, digest)
+	m.replay(w, r, rec, ev)
 }
 
 // replay writes a kept response, under the repeat's own request id.
-func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, rec *store.Record, digest string) {
-	m.emit(r, Event{Kind: EventReplay, KeyDigest: digest, Status: rec.Status})
+func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, rec *store.Record, ev Event) {
+	ev.Kind, ev.Status = EventReplay, rec.Status
+	m.emit(r, ev)
 	h := w.Header()
 	n := 0
 	for _, v := range rec.Header {
@@ -510,13 +520,15 @@ func newRequestID() string {
 	return u.String()
 }
 
-// refuse writes one of the middleware's problems and reports kind (when
-// not 0).
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, kind EventKind, digest, code string, retryAfter int) {
+// refuse writes one of the middleware's problems and reports it as kind
+// (when not 0), with what ev already says (the key digest, the store call's
+// latency).
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, kind EventKind, ev Event, code string, retryAfter int) {
 	p := Problems[code]
 	p.RetryAfter = retryAfter
 	if kind != 0 {
-		m.emit(r, Event{Kind: kind, KeyDigest: digest, Status: p.Status})
+		ev.Kind, ev.Status = kind, p.Status
+		m.emit(r, ev)
 	}
 	m.cfg.errorWriter(w, r, p)
 }

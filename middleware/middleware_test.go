@@ -449,8 +449,9 @@ func TestStoreUnavailable(t *testing.T) {
 
 	open := newFixture(t, middleware.WithFailOpen())
 	open.store.failClaims(errStoreDown)
-	if w := serve(open.mw.Required()(h), post("k", `{}`)); w.Code != http.StatusCreated || h.runs.Load() != 1 {
-		t.Fatalf("fail-open: %d runs %d", w.Code, h.runs.Load())
+	w = serve(open.mw.Required()(h), post("k", `{"amount":7}`))
+	if w.Code != http.StatusCreated || h.runs.Load() != 1 || !strings.Contains(w.Body.String(), `"echo":{"amount":7}`) {
+		t.Fatalf("fail-open: %d %q runs %d, want the handler to read the whole body", w.Code, w.Body, h.runs.Load())
 	}
 }
 
