@@ -123,14 +123,20 @@ func (c *capture) send(whole bool) error {
 		c.kept = keptHeader(c.w.Header(), c.keep)
 	}
 	h := c.w.Header()
-	if whole && bodyAllowed(c.status) && h.Get("Content-Length") == "" && h.Get("Transfer-Encoding") == "" {
-		// Say how long the body is rather than chunk it. (h.Set, without
+	if whole && bodyAllowed(c.status) && h.Get("Content-Length") == "" && h.Get("Transfer-Encoding") == "" && !hasTrailers(h) {
+		// Say how long the body is rather than chunk it, as net/http does
+		// for a handler that returns after one write: not when trailers
+		// are declared, which need a chunked body. (h.Set, without
 		// allocating the value slice.)
 		c.length[0] = strconv.Itoa(len(c.body))
 		h["Content-Length"] = c.length[:]
 	}
 	c.w.WriteHeader(c.status)
 	c.copyTrailers()
+	// From here on the handler's header changes go to the wrapped writer:
+	// what after held is out of date, and copying it again when the
+	// handler returns would undo trailers set since.
+	c.after = nil
 	if len(c.body) == 0 {
 		return nil
 	}
@@ -162,6 +168,21 @@ func (c *capture) copyTrailers() {
 			h[k] = v
 		}
 	}
+}
+
+// hasTrailers reports whether h declares trailers, as net/http judges it
+// when it decides between a Content-Length and a chunked body: a Trailer
+// header, or a name with http.TrailerPrefix.
+func hasTrailers(h http.Header) bool {
+	if len(h["Trailer"]) > 0 {
+		return true
+	}
+	for k := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func declaredTrailer(declared []string, name string) bool {
