@@ -203,12 +203,32 @@ func (c *capture) FlushError() error {
 	if c.hijacked {
 		return http.ErrHijacked
 	}
+	if !canFlush(c.w) {
+		// Nothing could be flushed: keep holding the response, rather
+		// than send it before it is kept.
+		return http.ErrNotSupported
+	}
 	if !c.streaming {
 		if err := c.send(false); err != nil {
 			return err
 		}
 	}
 	return http.NewResponseController(c.w).Flush()
+}
+
+// canFlush reports whether http.ResponseController can flush w: w, or a
+// writer its Unwrap chain reaches, has FlushError or Flush.
+func canFlush(w http.ResponseWriter) bool {
+	for {
+		switch t := w.(type) {
+		case interface{ FlushError() error }, http.Flusher:
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return false
+		}
+	}
 }
 
 // Unwrap returns the wrapped writer, for http.ResponseController.

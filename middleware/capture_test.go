@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -389,5 +390,39 @@ func TestStreamedTrailerKeepsItsLastValue(t *testing.T) {
 				t.Fatalf("%q trailer %q", body, resp.Trailer.Get("X-Sum"))
 			}
 		})
+	}
+}
+
+// onlyWriter is a ResponseWriter with none of the optional interfaces.
+type onlyWriter struct{ w http.ResponseWriter }
+
+func (o onlyWriter) Header() http.Header         { return o.w.Header() }
+func (o onlyWriter) Write(p []byte) (int, error) { return o.w.Write(p) }
+func (o onlyWriter) WriteHeader(code int)        { o.w.WriteHeader(code) }
+
+// TestFlushThatCannotFlushHoldsTheResponse shows that a flush the wrapped
+// writer does not support fails without sending anything: the response is
+// still held until it is kept.
+func TestFlushThatCannotFlushHoldsTheResponse(t *testing.T) {
+	f := newFixture(t)
+	rec := httptest.NewRecorder()
+	var flushErr error
+	var sent string
+	var code int
+	f.mw.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "early")
+		flushErr = http.NewResponseController(w).Flush()
+		sent, code = rec.Body.String(), rec.Code
+		io.WriteString(w, " late")
+	})).ServeHTTP(onlyWriter{rec}, post("k", `{}`))
+	if !errors.Is(flushErr, http.ErrNotSupported) {
+		t.Fatalf("flush: %v, want ErrNotSupported", flushErr)
+	}
+	if sent != "" || code != http.StatusOK {
+		t.Fatalf("sent %d %q before the handler returned", code, sent)
+	}
+	if rec.Code != http.StatusCreated || rec.Body.String() != "early late" || rec.Header().Get("Content-Length") != "10" {
+		t.Fatalf("after: %d %q Content-Length %q", rec.Code, rec.Body, rec.Header().Get("Content-Length"))
 	}
 }
