@@ -292,8 +292,8 @@ func (c *call) decide(o claimOutcome) {
 	}
 }
 
-// wait polls the store until the key is no longer in flight or the wait
-// budget is spent. It reports false when the budget ran out with the key
+// wait polls the store until the key is no longer in flight for this
+// request's fingerprint or the wait budget is spent. It reports false when the budget ran out with the key
 // still in flight.
 func (c *call) wait() (claimOutcome, bool) {
 	m := c.h.m
@@ -313,7 +313,9 @@ func (c *call) wait() (claimOutcome, bool) {
 		}
 		pause = min(2*pause, 250*time.Millisecond)
 		o := m.claim(c.r, c)
-		if o.err != nil || o.res.State != store.InFlight {
+		if o.err != nil || o.res.State != store.InFlight || o.res.Fingerprint != c.claim.Fingerprint {
+			// Decided: including a key now held for a different request,
+			// which is 422 however long one waits.
 			return o, true
 		}
 	}

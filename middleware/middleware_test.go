@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/fingerprint"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/scope"
 	"github.com/idemkey/idemkey/store"
@@ -739,6 +740,39 @@ func TestLocalCacheServesReplaysWithoutTheStore(t *testing.T) {
 		t.Fatalf("second instance: %q, claims %d -> %d", w.Body, claims, f.store.claims.Load())
 	}
 	if h.runs.Load() != 1 {
+		t.Fatalf("handler ran %d times", h.runs.Load())
+	}
+}
+
+// TestWaitEndsWhenTheKeyIsHeldForAnotherRequest shows that a repeat waiting
+// for its key answers 422 as soon as the key is held for a different
+// request (the first was released and another took the key), rather than
+// waiting on it and answering 409.
+func TestWaitEndsWhenTheKeyIsHeldForAnotherRequest(t *testing.T) {
+	f := newFixture(t, middleware.WithWait(2*time.Second))
+	h := &counter{}
+	mw := f.mw.Required()(h)
+	skey := store.KeyName(scope.Anonymous, "k")
+	ctx := context.Background()
+	same := fingerprint.Default(post("k", `{"a":1}`), []byte(`{"a":1}`))
+	other := fingerprint.Default(post("k", `{"a":2}`), []byte(`{"a":2}`))
+	if _, err := f.store.Claim(ctx, skey, store.Claim{Token: "first", Fingerprint: same, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	repeat := make(chan *httptest.ResponseRecorder)
+	go func() { repeat <- serve(mw, post("k", `{"a":1}`)) }()
+	// The repeat's own claim found the first in flight and it now waits.
+	for f.store.claims.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := f.store.Release(ctx, skey, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Claim(ctx, skey, store.Claim{Token: "another", Fingerprint: other, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	wantProblem(t, <-repeat, http.StatusUnprocessableEntity, middleware.CodeKeyReused)
+	if h.runs.Load() != 0 {
 		t.Fatalf("handler ran %d times", h.runs.Load())
 	}
 }
