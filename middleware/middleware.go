@@ -253,6 +253,9 @@ func (c *call) decide(o claimOutcome) {
 			*r = *c.r
 			in := new(bodyReader)
 			in.Reset(c.body)
+			// As in run: the body's buffer goes back to the pool when
+			// ServeHTTP returns, so a late read finds EOF.
+			defer in.Reset(nil)
 			r.Body, r.GetBody = in, nil
 			c.h.next.ServeHTTP(c.w, r)
 			return

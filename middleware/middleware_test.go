@@ -776,3 +776,20 @@ func TestWaitEndsWhenTheKeyIsHeldForAnotherRequest(t *testing.T) {
 		t.Fatalf("handler ran %d times", h.runs.Load())
 	}
 }
+
+// TestFailOpenBodyEndsWithTheHandler shows that, as on a claimed run, the
+// body a fail-open handler was given reads EOF once the handler has
+// returned: its buffer goes back to the pool then, and a late read must
+// never find another request's body in it.
+func TestFailOpenBodyEndsWithTheHandler(t *testing.T) {
+	f := newFixture(t, middleware.WithFailOpen())
+	f.store.failClaims(errStoreDown)
+	var body io.Reader
+	f.mw.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body = r.Body
+		w.WriteHeader(http.StatusAccepted)
+	})).ServeHTTP(httptest.NewRecorder(), post("k", `{"secret":1}`))
+	if n, err := body.Read(make([]byte, 64)); n != 0 || err != io.EOF {
+		t.Fatalf("read after return: %d bytes, %v; want EOF", n, err)
+	}
+}
