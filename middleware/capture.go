@@ -21,8 +21,9 @@ import (
 // record (past the limit the record omits the body). Informational (1xx)
 // responses pass straight through.
 //
-// The value the handler sees is built by newCapture: it has Flush, Hijack
-// and ReadFrom exactly when the wrapped writer has them, and always Unwrap
+// The value the handler sees is built by newCapture: it has Flush and
+// ReadFrom exactly when the wrapped writer has them, Hijack when the
+// wrapped writer or one its Unwrap chain reaches has it, and always Unwrap
 // for http.ResponseController.
 type capture struct {
 	w     http.ResponseWriter
@@ -231,13 +232,29 @@ func canFlush(w http.ResponseWriter) bool {
 	}
 }
 
+// canHijack reports whether http.ResponseController can hijack w: w, or
+// a writer its Unwrap chain reaches, is an http.Hijacker.
+func canHijack(w http.ResponseWriter) bool {
+	for {
+		switch t := w.(type) {
+		case http.Hijacker:
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return false
+		}
+	}
+}
+
 // Unwrap returns the wrapped writer, for http.ResponseController.
 func (c *capture) Unwrap() http.ResponseWriter { return c.w }
 
 func (c *capture) flush() { c.FlushError() }
 
 func (c *capture) hijack() (net.Conn, *bufio.ReadWriter, error) {
-	conn, rw, err := c.w.(http.Hijacker).Hijack()
+	// Through the controller: w may reach its Hijacker only by Unwrap.
+	conn, rw, err := http.NewResponseController(c.w).Hijack()
 	if err == nil {
 		c.hijacked = true
 	}
@@ -259,8 +276,8 @@ func bodyAllowed(status int) bool {
 	return status != http.StatusNoContent && status != http.StatusNotModified && status >= 200
 }
 
-// The writers the handler sees: capture with exactly the optional
-// interfaces of the writer it wraps. Each embeds capture by value, so that
+// The writers the handler sees: capture with the optional interfaces of
+// the writer it wraps (see newCapture). Each embeds capture by value, so that
 // the handler's writer is a single allocation.
 type (
 	captureF   struct{ capture }
@@ -290,10 +307,14 @@ func (c *captureFHR) ReadFrom(src io.Reader) (int64, error) { return c.readFrom(
 // newCapture returns a capture of w that holds up to limit bytes of body
 // and keeps the headers keep accepts, and the writer the handler sees: the
 // capture itself, with exactly the optional interfaces (http.Flusher,
-// http.Hijacker, io.ReaderFrom) that w has. Both are one allocation.
+// http.Hijacker, io.ReaderFrom) that w has, and http.Hijacker also when
+// w's Unwrap chain reaches one. Both are one allocation.
 func newCapture(w http.ResponseWriter, limit int, keep func(string) bool) (*capture, http.ResponseWriter) {
 	_, f := w.(http.Flusher)
-	_, h := w.(http.Hijacker)
+	// A writer that reaches a Hijacker only by Unwrap can be hijacked
+	// through http.ResponseController: the capture must offer Hijack then,
+	// or the controller would unwrap past it and the hijack go unseen.
+	h := canHijack(w)
 	_, r := w.(io.ReaderFrom)
 	var c *capture
 	var out http.ResponseWriter

@@ -11,6 +11,7 @@ import (
 	"net/textproto"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -424,5 +425,53 @@ func TestFlushThatCannotFlushHoldsTheResponse(t *testing.T) {
 	}
 	if rec.Code != http.StatusCreated || rec.Body.String() != "early late" || rec.Header().Get("Content-Length") != "10" {
 		t.Fatalf("after: %d %q Content-Length %q", rec.Code, rec.Body, rec.Header().Get("Content-Length"))
+	}
+}
+
+// unwrapOnly is a ResponseWriter wrapper, as other middleware makes them,
+// that has Unwrap but none of the optional interfaces.
+type unwrapOnly struct{ onlyWriter }
+
+func (u unwrapOnly) Unwrap() http.ResponseWriter { return u.w }
+
+// TestHijackThroughAWrapperIsNeverReplayed shows that a connection hijacked
+// through http.ResponseController, when the writer the middleware wraps
+// only reaches a Hijacker by Unwrap, is seen as hijacked: the key is
+// released and nothing is kept or replayed for it.
+func TestHijackThroughAWrapperIsNeverReplayed(t *testing.T) {
+	f := newFixture(t)
+	var runs atomic.Int64
+	inner := f.mw.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
+		buf.Flush()
+		conn.Close()
+	}))
+	done := make(chan struct{}, 2)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { done <- struct{}{} }()
+		inner.ServeHTTP(unwrapOnly{onlyWriter{w}}, r)
+	}))
+	defer s.Close()
+	for range 2 {
+		req, _ := http.NewRequest(http.MethodPost, s.URL, strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "hj-wrapped")
+		resp, err := s.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := readAll(t, resp.Body); b != "hi" || resp.Header.Get(middleware.HeaderReplayed) != "" {
+			t.Fatalf("body %q replayed %q", b, resp.Header.Get(middleware.HeaderReplayed))
+		}
+		resp.Body.Close()
+		<-done // the middleware has finished with the key
+	}
+	if runs.Load() != 2 || f.store.completes.Load() != 0 || f.store.releases.Load() != 2 {
+		t.Fatalf("runs %d completes %d releases %d", runs.Load(), f.store.completes.Load(), f.store.releases.Load())
 	}
 }
