@@ -247,8 +247,10 @@ func (c *call) decide(o claimOutcome) {
 		m.emit(c.r, failed)
 		// The claim may have landed before the failure; free it if so.
 		go m.releaseAbandoned(c.skey, c.claim.Token)
-		if m.cfg.failOpen {
-			// Run without idempotency, on the body already read.
+		if m.cfg.failOpen && errors.Is(o.err, store.ErrUnavailable) {
+			// The store is out of reach: run without idempotency, on the
+			// body already read. Any other error (a value the store could
+			// not read may be a kept response) still answers 503.
 			r := new(http.Request)
 			*r = *c.r
 			in := new(bodyReader)

@@ -449,7 +449,14 @@ func TestStoreUnavailable(t *testing.T) {
 	}
 
 	open := newFixture(t, middleware.WithFailOpen())
+	// An error that is not an outage (here a value the store cannot read)
+	// still fails closed under WithFailOpen.
 	open.store.failClaims(errStoreDown)
+	wantProblem(t, serve(open.mw.Required()(h), post("k", `{}`)), http.StatusServiceUnavailable, middleware.CodeUnavailable)
+	if h.runs.Load() != 0 {
+		t.Fatal("fail-open ran the handler on an error that is not an outage")
+	}
+	open.store.failClaims(fmt.Errorf("%w: connection refused", store.ErrUnavailable))
 	w = serve(open.mw.Required()(h), post("k", `{"amount":7}`))
 	if w.Code != http.StatusCreated || h.runs.Load() != 1 || !strings.Contains(w.Body.String(), `"echo":{"amount":7}`) {
 		t.Fatalf("fail-open: %d %q runs %d, want the handler to read the whole body", w.Code, w.Body, h.runs.Load())
@@ -783,7 +790,7 @@ func TestWaitEndsWhenTheKeyIsHeldForAnotherRequest(t *testing.T) {
 // never find another request's body in it.
 func TestFailOpenBodyEndsWithTheHandler(t *testing.T) {
 	f := newFixture(t, middleware.WithFailOpen())
-	f.store.failClaims(errStoreDown)
+	f.store.failClaims(fmt.Errorf("%w: connection refused", store.ErrUnavailable))
 	var body io.Reader
 	f.mw.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body = r.Body

@@ -228,9 +228,10 @@ func WithErrorWriter(w ErrorWriter) Option {
 	}
 }
 
-// WithFailOpen makes a request whose claim fails (the store is down) run
-// its handler without idempotency instead of answering 503. A retry of such
-// a request may then run twice. Default: off, fail closed.
+// WithFailOpen makes a request whose claim fails because the store is out
+// of reach (an error matching store.ErrUnavailable) run its handler without
+// idempotency instead of answering 503. A retry of such a request may then
+// run twice. Other claim errors still answer 503. Default: off, fail closed.
 func WithFailOpen() Option {
 	return func(c *config) { c.failOpen = true }
 }
