@@ -103,6 +103,7 @@ func WithScope(f scope.Func) Option {
 // WithFingerprint replaces the request fingerprint. Default:
 // fingerprint.Default, which covers the method, escaped path, canonical
 // query, media type and canonical body. fingerprint.New selects fields.
+// The body slice f is given is reused after the request: f must not keep it.
 func WithFingerprint(f fingerprint.Func) Option {
 	return func(c *config) {
 		if f == nil {
