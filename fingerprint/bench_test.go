@@ -140,3 +140,54 @@ func BenchmarkDefaultJSONDeep(b *testing.B) {
 		sink = Default(r, body)
 	}
 }
+
+// smallObjects returns about 1 KiB of JSON holding forty small objects of
+// two members each, the shape of a typical list payload. With sorted false
+// every object's members come out of order, so each is reordered.
+func smallObjects(sorted bool) []byte {
+	var b strings.Builder
+	b.WriteString(`{"amount":1000,"currency":"EUR","items":[`)
+	for i := 0; b.Len() < 1000; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if sorted {
+			b.WriteString(`{"qty":2,"sku":"item-` + strconv.Itoa(i) + `"}`)
+		} else {
+			b.WriteString(`{"sku":"item-` + strconv.Itoa(i) + `","qty":2}`)
+		}
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
+}
+
+// BenchmarkSmallObjects is the fingerprint and the canonical form of many
+// small objects, in order and out of order.
+func BenchmarkSmallObjects(b *testing.B) {
+	r := httptest.NewRequest("POST", "/payments", nil)
+	r.Header.Set("Content-Type", "application/json")
+	for _, c := range []struct {
+		name   string
+		sorted bool
+	}{{"unsorted", false}, {"sorted", true}} {
+		body := smallObjects(c.sorted)
+		b.Run("Default/"+c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				sink = Default(r, body)
+			}
+		})
+		dst := make([]byte, 0, len(body))
+		b.Run("CanonicalJSON/"+c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				if dst, err = CanonicalJSON(dst[:0], body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

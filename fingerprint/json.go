@@ -81,10 +81,14 @@ func CanonicalJSON(dst, src []byte) ([]byte, error) {
 // The first pass validates src and writes its canonical form with object
 // members still in their original order into out. For every object it
 // records the members' spans in out and their folded names; an object whose
-// members are already in order needs nothing more. If any object is out of
-// order, a second pass (emit) copies out into the final buffer, writing the
-// members of those objects in sorted order. Each byte is copied at most
-// twice whatever the nesting, so the work stays linear in the input.
+// members are already in order needs nothing more. A small object with no
+// object inside it that is out of order has its members rewritten in sorted
+// order where they stand, as soon as it closes. If any other object is out
+// of order, a second pass (emit) copies out into the final buffer, writing
+// the members of those objects in sorted order. Each byte is copied at most
+// four times whatever the nesting (once by the first pass, twice when its
+// innermost object is rewritten, once by emit), so the work stays linear in
+// the input.
 type canonJSON struct {
 	src   []byte
 	pos   int
@@ -94,11 +98,18 @@ type canonJSON struct {
 	// holds their folded names.
 	mem  []member
 	fold []byte
-	// objs lists every object in the order it was opened; sorted holds the
-	// members of the ones that need reordering, in their canonical order.
+	// objs lists, in the order they were opened, the objects emit must
+	// visit: those that need reordering and those that hold one; sorted
+	// holds the members of the ones that need reordering, in their
+	// canonical order. An object in order with none of objs inside it is
+	// not kept.
 	objs    []object
 	sorted  []member
 	reorder bool
+	// opened counts the objects opened so far; tmp holds a small object
+	// while its members are rewritten in order.
+	opened int
+	tmp    []byte
 	// h, when set, receives what emit writes in chunks, so that the
 	// canonical form is hashed without being held whole.
 	h io.Writer
@@ -106,9 +117,41 @@ type canonJSON struct {
 
 // member is one name/value pair of an object.
 type member struct {
-	start, end         int // `"name":value` in out
-	foldStart, foldEnd int // the folded name in fold
-	obj                int // index in objs of the first object opened within the member
+	start, end         int    // `"name":value` in out
+	foldStart, foldEnd int    // the folded name in fold
+	obj                int    // index in objs of the first object kept after the member's start
+	key                uint64 // the folded name's first eight bytes, big-endian, zero-padded
+}
+
+// foldKey returns the first eight bytes of f as a big-endian number, padded
+// with zeros.
+func foldKey(f []byte) uint64 {
+	if len(f) >= 8 {
+		return binary.BigEndian.Uint64(f)
+	}
+	var k uint64
+	for i, b := range f {
+		k |= uint64(b) << (56 - 8*i)
+	}
+	return k
+}
+
+// compareMembers compares the folded names of a and b as bytes.Compare
+// does.
+func (c *canonJSON) compareMembers(a, b *member) int {
+	if a.key != b.key {
+		if a.key < b.key {
+			return -1
+		}
+		return 1
+	}
+	la, lb := a.foldEnd-a.foldStart, b.foldEnd-b.foldStart
+	if la <= 8 || lb <= 8 {
+		// The first eight bytes are equal, so the shorter name is a prefix
+		// of the longer (a name's zero bytes pad like the key's).
+		return la - lb
+	}
+	return bytes.Compare(c.fold[a.foldStart+8:a.foldEnd], c.fold[b.foldStart+8:b.foldEnd])
 }
 
 // object is one object of the document.
@@ -132,6 +175,7 @@ func (c *canonJSON) reset(src []byte) {
 	c.objs = c.objs[:0]
 	c.sorted = c.sorted[:0]
 	c.reorder = false
+	c.opened = 0
 }
 
 // canonicalise runs the first pass. The returned slice is c.out, canonical
@@ -230,6 +274,70 @@ func (c *canonJSON) value() error {
 	}
 }
 
+// memberValue is value, with the commonest members of arrays and objects,
+// strings and numbers, read without going through value.
+func (c *canonJSON) memberValue() error {
+	if c.pos < len(c.src) {
+		switch b := c.src[c.pos]; {
+		case b == '"':
+			return c.str()
+		case '0' <= b && b <= '9':
+			return c.number()
+		}
+	}
+	return c.value()
+}
+
+// name reads the name of an object member at c.pos, writes its canonical
+// form to out and its folded form to fold, and returns the folded form's
+// foldKey.
+func (c *canonJSON) name() (uint64, error) {
+	src := c.src
+	i := c.pos + 1
+	for i < len(src) && asciiName[src[i]] {
+		i++
+	}
+	if i >= len(src) || src[i] != '"' {
+		// An escape, a byte that is not ASCII, or an error.
+		start, foldStart := len(c.out), len(c.fold)
+		if err := c.str(); err != nil {
+			return 0, err
+		}
+		c.fold = appendFoldedName(c.fold, c.out[start+1:len(c.out)-1])
+		return foldKey(c.fold[foldStart:]), nil
+	}
+	// Printable ASCII only: the name is its own canonical form.
+	name := src[c.pos+1 : i]
+	c.out = append(c.out, src[c.pos:i+1]...)
+	c.pos = i + 1
+	fold := slices.Grow(c.fold, len(name))
+	j0 := len(fold)
+	j := j0
+	fold = fold[:j+len(name)]
+	var key uint64
+	for _, b := range name {
+		f := foldASCII[b]
+		fold[j] = f
+		if f != 0 {
+			if j-j0 < 8 {
+				key |= uint64(f) << (56 - 8*(j-j0))
+			}
+			j++
+		}
+	}
+	c.fold = fold[:j]
+	return key, nil
+}
+
+// asciiName[b] reports whether b is printable ASCII that stands for itself
+// inside a JSON string.
+var asciiName = func() (t [256]bool) {
+	for b := 0x20; b < utf8.RuneSelf; b++ {
+		t[b] = b != '"' && b != '\\'
+	}
+	return t
+}()
+
 func (c *canonJSON) literal(lit string) error {
 	if len(c.src)-c.pos < len(lit) || string(c.src[c.pos:c.pos+len(lit)]) != lit {
 		return ErrInvalidJSON
@@ -297,7 +405,7 @@ func (c *canonJSON) array() error {
 		return nil
 	}
 	for {
-		if err := c.value(); err != nil {
+		if err := c.memberValue(); err != nil {
 			return err
 		}
 		c.skipSpace()
@@ -325,7 +433,13 @@ func (c *canonJSON) object() error {
 		return ErrTooDeep
 	}
 	idx := len(c.objs)
-	c.objs = append(c.objs, object{start: len(c.out), first: -1})
+	// The fields are stored one by one: a struct built whole and copied in
+	// is read back in wider words than it was written, which stalls.
+	c.objs = append(c.objs, object{})
+	c.objs[idx].start = len(c.out)
+	c.objs[idx].first = -1
+	c.opened++
+	opened := c.opened
 	c.out = append(c.out, '{')
 	c.pos++
 	memBase, foldBase := len(c.mem), len(c.fold)
@@ -337,12 +451,12 @@ func (c *canonJSON) object() error {
 			if c.pos >= len(c.src) || c.src[c.pos] != '"' {
 				return ErrInvalidJSON
 			}
-			m := member{start: len(c.out), foldStart: len(c.fold), obj: len(c.objs)}
-			if err := c.str(); err != nil {
+			start, foldStart, obj := len(c.out), len(c.fold), len(c.objs)
+			key, err := c.name()
+			if err != nil {
 				return err
 			}
-			c.fold = appendFoldedName(c.fold, c.out[m.start+1:len(c.out)-1])
-			m.foldEnd = len(c.fold)
+			foldEnd := len(c.fold)
 			c.skipSpace()
 			if c.pos >= len(c.src) || c.src[c.pos] != ':' {
 				return ErrInvalidJSON
@@ -350,11 +464,14 @@ func (c *canonJSON) object() error {
 			c.out = append(c.out, ':')
 			c.pos++
 			c.skipSpace()
-			if err := c.value(); err != nil {
+			if err := c.memberValue(); err != nil {
 				return err
 			}
-			m.end = len(c.out)
-			c.mem = append(c.mem, m)
+			c.mem = append(c.mem, member{})
+			m := &c.mem[len(c.mem)-1]
+			m.start, m.end = start, len(c.out)
+			m.foldStart, m.foldEnd = foldStart, foldEnd
+			m.obj, m.key = obj, key
 			c.skipSpace()
 			if c.pos >= len(c.src) {
 				return ErrInvalidJSON
@@ -377,11 +494,20 @@ func (c *canonJSON) object() error {
 	o := &c.objs[idx]
 	o.end = len(c.out)
 	o.next = len(c.objs)
-	if ms := c.mem[memBase:]; !c.inOrder(ms) {
-		fold := c.fold
-		slices.SortStableFunc(ms, func(a, b member) int {
-			return bytes.Compare(fold[a.foldStart:a.foldEnd], fold[b.foldStart:b.foldEnd])
-		})
+	ms := c.mem[memBase:]
+	inOrder := c.inOrder(ms)
+	if !inOrder && c.opened == opened && o.end-o.start <= maxRewrite {
+		// No object inside: write the members in order where they stand.
+		c.sortMembers(ms)
+		c.rewrite(o.start, o.end, ms)
+		inOrder = true
+	}
+	switch {
+	case inOrder && len(c.objs) == idx+1:
+		// Nothing for emit to do within it.
+		c.objs = c.objs[:idx]
+	case !inOrder:
+		c.sortMembers(ms)
 		o.first = len(c.sorted)
 		c.sorted = append(c.sorted, ms...)
 		o.last = len(c.sorted)
@@ -392,15 +518,47 @@ func (c *canonJSON) object() error {
 	return nil
 }
 
+// maxRewrite is the size of the largest object whose members the first pass
+// puts in order where they stand.
+const maxRewrite = 4 << 10
+
+// rewrite writes the members ms of the object out[start:end], which holds
+// no object, in the order of ms.
+func (c *canonJSON) rewrite(start, end int, ms []member) {
+	c.tmp = append(c.tmp[:0], c.out[start:end]...)
+	w := start + 1
+	for k := range ms {
+		m := &ms[k]
+		if k > 0 {
+			c.out[w] = ','
+			w++
+		}
+		w += copy(c.out[w:], c.tmp[m.start-start:m.end-start])
+	}
+}
+
 // inOrder reports whether ms is already sorted by folded name.
 func (c *canonJSON) inOrder(ms []member) bool {
 	for i := 1; i < len(ms); i++ {
-		a, b := ms[i-1], ms[i]
-		if bytes.Compare(c.fold[a.foldStart:a.foldEnd], c.fold[b.foldStart:b.foldEnd]) > 0 {
+		if c.compareMembers(&ms[i-1], &ms[i]) > 0 {
 			return false
 		}
 	}
 	return true
+}
+
+// sortMembers sorts ms by folded name, keeping the order of members whose
+// names fold alike.
+func (c *canonJSON) sortMembers(ms []member) {
+	if len(ms) > 12 {
+		slices.SortStableFunc(ms, func(a, b member) int { return c.compareMembers(&a, &b) })
+		return
+	}
+	for i := 1; i < len(ms); i++ {
+		for j := i; j > 0 && c.compareMembers(&ms[j-1], &ms[j]) > 0; j-- {
+			ms[j-1], ms[j] = ms[j], ms[j-1]
+		}
+	}
 }
 
 // plain[b] reports whether b stands for itself inside a JSON string.
