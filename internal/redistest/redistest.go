@@ -7,7 +7,8 @@
 // replica at once (--repl-diskless-sync-delay 0), unless the caller passes
 // other settings.
 //
-// Only tests may import this package.
+// Tests import this package; so does the load driver in bench/, through
+// Launch, Do and Info, which need no testing.TB.
 //
 // Without a redis-server binary on PATH, the functions that take a
 // testing.TB skip the test with a message that says so. When the
@@ -66,6 +67,18 @@ func StartServer(t testing.TB, args ...string) *Server {
 	}
 	t.Cleanup(s.Close)
 	return s
+}
+
+// Launch starts bin (a name looked up on PATH, or a path) as a standalone
+// server on a free loopback port, with the same defaults as Start and args
+// after them, and returns it once it answers PING. The caller stops it with
+// Close. It is for programs; tests use Start or StartServer.
+func Launch(bin string, args ...string) (*Server, error) {
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("redistest: %s not found: %w", bin, ErrNotInstalled)
+	}
+	return start(path, "", 0, args)
 }
 
 // Require returns the path of the redis-server binary. Without one it skips

@@ -61,6 +61,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/idemkey/idemkey/internal/redistest"
 )
 
 func main() {
@@ -144,7 +146,7 @@ func main() {
 	needRedis := slices.ContainsFunc(scs, usesRedis)
 	var err error
 	if needRedis {
-		if r.redis, err = startRedis(*redisBin); err != nil {
+		if r.redis, err = redistest.Launch(*redisBin); err != nil {
 			log.Fatalf("load: %v", err)
 		}
 	}
@@ -152,7 +154,7 @@ func main() {
 	for _, sc := range scs {
 		addr := ""
 		if r.redis != nil {
-			addr = r.redis.addr
+			addr = r.redis.Addr
 		}
 		prof := ""
 		if *profile != "" {
@@ -218,7 +220,7 @@ func rotate(s []string, n int) []string {
 type runner struct {
 	d       time.Duration
 	keys    int
-	redis   *redisServer
+	redis   *redistest.Server
 	servers map[string]*serverProc
 	once    sync.Once
 }
@@ -229,7 +231,7 @@ func (r *runner) cleanup() {
 			p.stop()
 		}
 		if r.redis != nil {
-			r.redis.close()
+			r.redis.Close()
 		}
 	})
 }
@@ -312,7 +314,7 @@ func (r *runner) cell(sc string, conns int, ph phase, tag string, d time.Duratio
 	}
 	var rs0 redisStats
 	if r.redis != nil {
-		if rs0, err = readRedisStats(r.redis.addr); err != nil {
+		if rs0, err = readRedisStats(r.redis.Addr); err != nil {
 			return nil, err
 		}
 	}
@@ -333,7 +335,7 @@ func (r *runner) cell(sc string, conns int, ph phase, tag string, d time.Duratio
 		}
 	}
 	if r.redis != nil {
-		rs1, err := readRedisStats(r.redis.addr)
+		rs1, err := readRedisStats(r.redis.Addr)
 		if err != nil {
 			return nil, err
 		}
@@ -457,12 +459,8 @@ func machine(r *runner) *machineInfo {
 		}
 	}
 	if r.redis != nil {
-		if info, err := redisDo(r.redis.addr, "INFO", "server"); err == nil {
-			for _, line := range strings.Split(info, "\n") {
-				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-					m.redis = v
-				}
-			}
+		if info, err := redistest.Info(r.redis.Addr, "server"); err == nil {
+			m.redis = info["redis_version"]
 		}
 	}
 	return m
