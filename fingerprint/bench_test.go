@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemkey/idemkey/internal/benchbody"
 )
 
 // benchJSON returns a JSON document of about size bytes that looks like an
@@ -110,6 +112,16 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 			}
 		})
 	}
+	// The floor: a SHA-256 of the bytes as they came, which a fingerprint
+	// that ignored member order and whitespace could not be cheaper than.
+	body := benchbody.JSON(false)
+	b.Run("sha256-of-the-bytes", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			sink = sha256.Sum256(body)
+		}
+	})
 }
 
 func BenchmarkDefaultForm(b *testing.B) {
@@ -141,26 +153,6 @@ func BenchmarkDefaultJSONDeep(b *testing.B) {
 	}
 }
 
-// smallObjects returns about 1 KiB of JSON holding forty small objects of
-// two members each, the shape of a typical list payload. With sorted false
-// every object's members come out of order, so each is reordered.
-func smallObjects(sorted bool) []byte {
-	var b strings.Builder
-	b.WriteString(`{"amount":1000,"currency":"EUR","items":[`)
-	for i := 0; b.Len() < 1000; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		if sorted {
-			b.WriteString(`{"qty":2,"sku":"item-` + strconv.Itoa(i) + `"}`)
-		} else {
-			b.WriteString(`{"sku":"item-` + strconv.Itoa(i) + `","qty":2}`)
-		}
-	}
-	b.WriteString(`]}`)
-	return []byte(b.String())
-}
-
 // BenchmarkSmallObjects is the fingerprint and the canonical form of many
 // small objects, in order and out of order.
 func BenchmarkSmallObjects(b *testing.B) {
@@ -170,7 +162,7 @@ func BenchmarkSmallObjects(b *testing.B) {
 		name   string
 		sorted bool
 	}{{"unsorted", false}, {"sorted", true}} {
-		body := smallObjects(c.sorted)
+		body := benchbody.JSON(c.sorted)
 		b.Run("Default/"+c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
@@ -190,4 +182,14 @@ func BenchmarkSmallObjects(b *testing.B) {
 			}
 		})
 	}
+	// The floor: a SHA-256 of the bytes as they came, which a fingerprint
+	// that ignored member order and whitespace could not be cheaper than.
+	body := benchbody.JSON(false)
+	b.Run("sha256-of-the-bytes", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			sink = sha256.Sum256(body)
+		}
+	})
 }

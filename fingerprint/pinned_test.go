@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemkey/idemkey/internal/benchbody"
 )
 
 // pinnedBodies are JSON bodies whose fingerprints are kept in stores
@@ -19,8 +21,8 @@ var pinnedBodies = []struct {
 	name string
 	body string
 }{
-	{"small-objects-unsorted", string(smallObjects(false))},
-	{"small-objects-sorted", string(smallObjects(true))},
+	{"small-objects-unsorted", string(benchbody.JSON(false))},
+	{"small-objects-sorted", string(benchbody.JSON(true))},
 	{"payload", string(benchJSON(400))},
 	{"nested", `{"b":[{"y":"\u00e9","x":[1,{"q":0,"p":"\ud834\udd1e"}]}],"a":{"c":-1.5E-3}}`},
 	{"folding", `{"\u0062":1,"a\/b":2,"A":3,"a":4,"_a":5,"\u0000":6,"\"":7,"id":8,"ID":9,"user_id":10,"userId":11,"K":12,"\u212a":13}`},

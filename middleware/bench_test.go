@@ -6,27 +6,16 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/idemkey/idemkey/internal/benchbody"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/store/memory"
 )
 
-// payload1K is a 1 KiB JSON request body.
-var payload1K = func() []byte {
-	var b strings.Builder
-	b.WriteString(`{"amount":1000,"currency":"EUR","items":[`)
-	for i := 0; b.Len() < 1000; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(`{"sku":"item-` + strconv.Itoa(i) + `","qty":2}`)
-	}
-	b.WriteString(`]}`)
-	return []byte(b.String())
-}()
+// payload1K is the benchmarks' shared 1 KiB JSON request body.
+var payload1K = benchbody.JSON(false)
 
 var okBody = []byte(`{"id":"pay_123","status":"created"}`)
 

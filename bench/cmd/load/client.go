@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkey/idemkey/internal/benchbody"
 )
 
 // The driver's HTTP/1.1 client is a few lines over a TCP connection: a
@@ -21,20 +23,9 @@ import (
 // the checks need. It costs far less CPU than net/http's client, and the
 // client shares the machine with the servers it measures.
 
-// payload is the request body: 1 KiB of JSON, forty small objects whose
-// members are not in sorted order (as most clients write them).
-var payload = func() []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"amount":1000,"currency":"EUR","items":[`)
-	for i := 0; b.Len() < 1000; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(`{"sku":"item-` + strconv.Itoa(i) + `","qty":2}`)
-	}
-	b.WriteString(`]}`)
-	return b.Bytes()
-}()
+// payload is the request body: the benchmarks' shared 1 KiB of JSON,
+// forty small objects whose members are not in sorted order.
+var payload = benchbody.JSON(false)
 
 var (
 	requestHead = []byte("POST /payments HTTP/1.1\r\nHost: load\r\nContent-Type: application/json\r\nContent-Length: " +
