@@ -240,34 +240,31 @@ func (c *core) reserve() bool {
 
 func (c *core) complete(key, token string, rec *store.Record, retention time.Duration) error {
 	clip(rec)
-	sh := c.shard(key)
-	now := c.clock()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e, ok := sh.m[key]
-	if !sh.owned(c, key, e, ok, token, now) {
-		return store.ErrNotOwner
-	}
-	seq := c.seq.Add(1)
-	sh.m[key] = entry{fp: rec.Fingerprint, expires: later(now, retention), seq: seq, rec: rec}
-	sh.pushDone(key, seq)
-	return nil
+	return c.owned(key, token, func(sh *shard, _ entry, now int64) {
+		seq := c.seq.Add(1)
+		sh.m[key] = entry{fp: rec.Fingerprint, expires: later(now, retention), seq: seq, rec: rec}
+		sh.pushDone(key, seq)
+	})
 }
 
 func (c *core) release(key, token string) error {
-	sh := c.shard(key)
-	now := c.clock()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e, ok := sh.m[key]
-	if !sh.owned(c, key, e, ok, token, now) {
-		return store.ErrNotOwner
-	}
-	sh.remove(c, key, e)
-	return nil
+	return c.owned(key, token, func(sh *shard, e entry, _ int64) {
+		sh.remove(c, key, e)
+	})
 }
 
 func (c *core) extend(key, token string, ttl time.Duration) error {
+	return c.owned(key, token, func(sh *shard, e entry, now int64) {
+		e.expires = later(now, ttl)
+		sh.m[key] = e
+	})
+}
+
+// owned runs change on key's entry, under its shard's lock, when key is in
+// flight under token; otherwise it changes nothing and returns
+// store.ErrNotOwner. Complete, Release and Extend are all this check
+// followed by their own change.
+func (c *core) owned(key, token string, change func(sh *shard, e entry, now int64)) error {
 	sh := c.shard(key)
 	now := c.clock()
 	sh.mu.Lock()
@@ -276,8 +273,7 @@ func (c *core) extend(key, token string, ttl time.Duration) error {
 	if !sh.owned(c, key, e, ok, token, now) {
 		return store.ErrNotOwner
 	}
-	e.expires = later(now, ttl)
-	sh.m[key] = e
+	change(sh, e, now)
 	return nil
 }
 
