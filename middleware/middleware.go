@@ -164,10 +164,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	key, err := parseKey(r.Header[m.cfg.header])
+	key, err := idemkey.ParseKey(r.Header[m.cfg.header])
 	switch err {
 	case nil:
-	case errKeyMissing:
+	case idemkey.ErrKeyMissing:
 		if !h.route.Required {
 			h.next.ServeHTTP(w, r)
 			return

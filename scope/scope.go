@@ -17,14 +17,30 @@ package scope
 import (
 	"context"
 	"net/http"
+	"strings"
 )
 
 // Anonymous is the scope of a caller who is not signed in.
 const Anonymous = "anonymous"
 
-// Func returns the scope of a request. It runs after authentication, so it
-// can read the principal from the request context. It must not return "";
-// the middleware treats "" as Anonymous.
+// Of returns the scope of the signed-in caller id. It is id itself, except
+// for the ids that could be taken for another kind of scope: Anonymous,
+// and (so that the mapping stays one to one) any id that starts with a NUL
+// byte, which get a NUL byte put in front. So no caller, whatever their id,
+// shares the namespace of callers who are not signed in, and two different
+// ids never share one.
+func Of(id string) string {
+	if id == Anonymous || strings.HasPrefix(id, "\x00") {
+		return "\x00" + id
+	}
+	return id
+}
+
+// Func returns the scope of a request: Anonymous, or Of the caller's id. It
+// runs after authentication, so it can read the principal from the request
+// context. A Func that returns a caller's id without Of lets a caller named
+// "anonymous" into the namespace of callers who are not signed in. It must
+// not return ""; the middleware treats "" as Anonymous.
 type Func func(r *http.Request) string
 
 type principalKey struct{}
@@ -42,11 +58,11 @@ func FromContext(ctx context.Context) (string, bool) {
 	return p, ok && p != ""
 }
 
-// Principal is the default Func: the caller's id stored in the request
+// Principal is the default Func: Of the caller's id stored in the request
 // context by NewContext, or Anonymous when there is none.
 func Principal(r *http.Request) string {
 	if p, ok := FromContext(r.Context()); ok {
-		return p
+		return Of(p)
 	}
 	return Anonymous
 }
@@ -57,13 +73,14 @@ func Static(s string) Func {
 	return func(*http.Request) string { return s }
 }
 
-// FromContextValue returns a Func that reads the scope from the context
-// value stored under key by the service's own authentication middleware,
-// with Anonymous when the value is missing, not a string or empty.
+// FromContextValue returns a Func that reads the caller's id from the
+// context value stored under key by the service's own authentication
+// middleware: Of that id, or Anonymous when the value is missing, not a
+// string or empty.
 func FromContextValue(key any) Func {
 	return func(r *http.Request) string {
 		if s, ok := r.Context().Value(key).(string); ok && s != "" {
-			return s
+			return Of(s)
 		}
 		return Anonymous
 	}

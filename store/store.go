@@ -31,28 +31,81 @@ import (
 // middleware calls Complete and Release with a context that the client's
 // hang-up does not cancel, so the store's budget is what ends them. Backend
 // failures wrap ErrUnavailable.
+//
+// Complete and Release may be sent twice (a client library resends a command
+// whose reply was lost): each recognises its own earlier write and answers
+// as that write did, so a resent call never reports a lost claim that was in
+// fact kept or released.
+//
+// Capabilities that only some stores have are interfaces of their own,
+// found with a type assertion: Extender (lengthen a live claim) and TxStore
+// (run the handler in the transaction that keeps the record).
 type Store interface {
 	// Claim atomically claims key for c.Token when nobody holds it, and
 	// otherwise reports what holds it. It is a single round trip to the
 	// backend. A claim that finds the caller's own token (a retried call
 	// whose first reply was lost) reports Mine, which the caller treats as
-	// Claimed.
+	// Claimed. A store that is full refuses new claims with an error
+	// wrapping ErrFull; it never drops a claim or a record inside its life
+	// to make room.
 	Claim(ctx context.Context, key string, c Claim) (Result, error)
 
 	// Complete replaces the claim held by token with rec and keeps it for
-	// retention. It returns ErrNotOwner, and writes nothing, when key is not
-	// in flight under token (the claim lapsed, was released, or another
-	// request holds it now).
+	// retention. It returns nil without writing when key already holds a
+	// record kept under token (a resent Complete), and ErrNotOwner, writing
+	// nothing, when key is neither in flight under token nor kept under it
+	// (the claim lapsed, was released, or another request holds it now).
 	Complete(ctx context.Context, key, token string, rec *Record, retention time.Duration) error
 
 	// Release deletes the claim held by token, so that the next request with
-	// the key runs. It returns ErrNotOwner, and deletes nothing, when key is
-	// not in flight under token.
+	// the key runs. It returns nil when key holds nothing (a resent Release,
+	// or a claim that lapsed: either way the key is free), and ErrNotOwner,
+	// deleting nothing, when key is held by another token or holds a kept
+	// record.
 	Release(ctx context.Context, key, token string) error
+}
 
+// Extender is a Store that can lengthen a live claim. The middleware uses it,
+// when the store has it, to keep holding the key of a handler that runs, or
+// whose response streams, longer than its claim's life.
+type Extender interface {
 	// Extend sets the remaining life of the claim held by token to ttl. It
 	// returns ErrNotOwner when key is not in flight under token.
 	Extend(ctx context.Context, key, token string, ttl time.Duration) error
+}
+
+// TxStore is a Store that runs a claimed request's handler inside a
+// transaction of its backend and keeps the record in that transaction: the
+// handler's own writes and the record commit together or not at all, so a
+// crash between them cannot make a retry run the handler again.
+type TxStore interface {
+	Store
+	// ClaimTx claims key as Claim does. When the answer is Claimed or Mine
+	// it also returns the transaction the handler runs in, already begun;
+	// otherwise tx is nil. A claim whose transaction could not be begun is
+	// released and reported as an error wrapping ErrUnavailable.
+	//
+	// A store may take over at once a claim whose owner's transaction is
+	// provably gone (its process or connection died), since the owner's
+	// writes died with it; a live owner's claim never before its life ends.
+	ClaimTx(ctx context.Context, key string, c Claim) (Result, Tx, error)
+}
+
+// Tx is the transaction a claimed request's handler runs in. Exactly one of
+// Commit and Rollback is called, once.
+type Tx interface {
+	// NewContext returns a copy of ctx that carries the transaction, for
+	// the handler; the store's package says how a handler gets it back.
+	NewContext(ctx context.Context) context.Context
+	// Commit keeps rec in the transaction, fenced by the claim's owner
+	// token, and commits. It returns ErrNotOwner when the claim is no
+	// longer this request's (it lapsed and another request took the key):
+	// then the transaction is rolled back and nothing is kept. Any other
+	// error means the commit failed or its outcome is unknown.
+	Commit(ctx context.Context, rec *Record, retention time.Duration) error
+	// Rollback rolls the transaction back and releases the claim, so that
+	// a retry runs the handler again.
+	Rollback(ctx context.Context) error
 }
 
 // Claim is what a request asks the store for.
@@ -100,6 +153,9 @@ type Result struct {
 	Fingerprint [32]byte
 	// TTL is the remaining life of the claim when State is InFlight.
 	TTL time.Duration
+	// ClaimedAt is when the holder claimed the key, on the store's clock,
+	// when State is InFlight: how long the first request has been running.
+	ClaimedAt time.Time
 	// Record is the kept response when State is Completed.
 	Record *Record
 }
@@ -130,7 +186,8 @@ var (
 	// ErrUnavailable: the backend could not be reached or refused the
 	// operation. Stores wrap their backend's error with it.
 	ErrUnavailable = errors.New("idemkey: store: unavailable")
-	// ErrFull: the store is at capacity with claims it may not evict.
+	// ErrFull: the store is at capacity and refuses new claims rather than
+	// drop a claim or a record inside its life.
 	ErrFull = errors.New("idemkey: store: full")
 )
 

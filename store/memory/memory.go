@@ -207,14 +207,14 @@ func (c *core) claim(key string, cl store.Claim) (store.Result, error) {
 		sh.mu.Lock()
 		if e, ok := sh.m[key]; ok {
 			if now < e.expires {
-				res := e.result(cl.Token, now)
+				res := e.result(c, cl.Token, now)
 				sh.mu.Unlock()
 				return res, nil
 			}
 			sh.remove(c, key, e)
 		}
 		if c.reserve() {
-			sh.m[key] = entry{token: cl.Token, fp: cl.Fingerprint, expires: later(now, cl.TTL)}
+			sh.m[key] = entry{token: cl.Token, fp: cl.Fingerprint, claimed: now, expires: later(now, cl.TTL)}
 			sh.mu.Unlock()
 			return store.Result{State: store.Claimed, Fingerprint: cl.Fingerprint}, nil
 		}
@@ -240,42 +240,57 @@ func (c *core) reserve() bool {
 
 func (c *core) complete(key, token string, rec *store.Record, retention time.Duration) error {
 	clip(rec)
-	return c.owned(key, token, func(sh *shard, _ entry, now int64) {
+	return c.owned(key, token, keptBy(token), func(sh *shard, e entry, now int64) {
 		seq := c.seq.Add(1)
-		sh.m[key] = entry{fp: rec.Fingerprint, expires: later(now, retention), seq: seq, rec: rec}
+		sh.m[key] = entry{token: token, fp: rec.Fingerprint, claimed: e.claimed, expires: later(now, retention), seq: seq, rec: rec}
 		sh.pushDone(key, seq)
 	})
 }
 
 func (c *core) release(key, token string) error {
-	return c.owned(key, token, func(sh *shard, e entry, _ int64) {
+	return c.owned(key, token, free, func(sh *shard, e entry, _ int64) {
 		sh.remove(c, key, e)
 	})
 }
 
 func (c *core) extend(key, token string, ttl time.Duration) error {
-	return c.owned(key, token, func(sh *shard, e entry, now int64) {
+	return c.owned(key, token, nil, func(sh *shard, e entry, now int64) {
 		e.expires = later(now, ttl)
 		sh.m[key] = e
 	})
 }
 
 // owned runs change on key's entry, under its shard's lock, when key is in
-// flight under token; otherwise it changes nothing and returns
-// store.ErrNotOwner. Complete, Release and Extend are all this check
-// followed by their own change.
-func (c *core) owned(key, token string, change func(sh *shard, e entry, now int64)) error {
+// flight under token. Otherwise it changes nothing, and returns nil when
+// done (if not nil) reports that the key already is as the call would have
+// left it (a resent call), and store.ErrNotOwner when it is not. Complete,
+// Release and Extend are all this check followed by their own change.
+func (c *core) owned(key, token string, done func(e entry, ok bool) bool, change func(sh *shard, e entry, now int64)) error {
 	sh := c.shard(key)
 	now := c.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := sh.m[key]
 	if !sh.owned(c, key, e, ok, token, now) {
+		if ok && now >= e.expires {
+			ok = false // owned removed it
+		}
+		if done != nil && done(e, ok) {
+			return nil
+		}
 		return store.ErrNotOwner
 	}
 	change(sh, e, now)
 	return nil
 }
+
+// keptBy reports a key that holds a record kept under token.
+func keptBy(token string) func(e entry, ok bool) bool {
+	return func(e entry, ok bool) bool { return ok && e.rec != nil && e.token == token }
+}
+
+// free reports a key that holds nothing.
+func free(_ entry, ok bool) bool { return !ok }
 
 // makeRoom frees at least one entry for a claim that found the store full,
 // and reports whether it did. It first removes expired entries, when no pass

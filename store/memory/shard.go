@@ -11,21 +11,22 @@ import (
 
 // entry is one key: a claim while rec is nil, a completed record after.
 type entry struct {
-	token   string   // the owner's token while in flight; "" once completed
+	token   string   // the owner's token; kept with the record, so a resent Complete finds its own
 	fp      [32]byte // the claim's fingerprint, then the record's
+	claimed int64    // clock offset at which the key was claimed
 	expires int64    // clock offset at which the entry lapses
 	seq     uint64   // completion order; 0 while in flight
 	rec     *store.Record
 }
 
-func (e *entry) result(token string, now int64) store.Result {
+func (e *entry) result(c *core, token string, now int64) store.Result {
 	switch {
 	case e.rec != nil:
 		return store.Result{State: store.Completed, Fingerprint: e.fp, Record: e.rec}
 	case e.token == token:
 		return store.Result{State: store.Mine, Fingerprint: e.fp}
 	default:
-		return store.Result{State: store.InFlight, Fingerprint: e.fp, TTL: time.Duration(e.expires - now)}
+		return store.Result{State: store.InFlight, Fingerprint: e.fp, TTL: time.Duration(e.expires - now), ClaimedAt: c.base.Add(time.Duration(e.claimed))}
 	}
 }
 

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -133,7 +134,7 @@ func testWrongToken(s *suite) {
 	s.claimed(key, tok, fp, s.long)
 	wrong := newToken()
 	notOwner(s.t, "Complete with a wrong token", s.st.Complete(s.ctx, key, wrong, newRecord(randomFP(), "wrong"), s.long))
-	notOwner(s.t, "Extend with a wrong token", s.st.Extend(s.ctx, key, wrong, 2*s.long))
+	s.notOwnerExtend("Extend with a wrong token", key, wrong, 2*s.long)
 	notOwner(s.t, "Release with a wrong token", s.st.Release(s.ctx, key, wrong))
 	// Nothing changed: still in flight under the owner's fingerprint, and
 	// no longer-lived than the owner made it.
@@ -143,15 +144,19 @@ func testWrongToken(s *suite) {
 	s.complete(key, tok, rec, s.long)
 	notOwner(s.t, "Complete of a completed key with a wrong token", s.st.Complete(s.ctx, key, wrong, newRecord(fp, "other"), s.long))
 	notOwner(s.t, "Release of a completed key with a wrong token", s.st.Release(s.ctx, key, wrong))
-	notOwner(s.t, "Extend of a completed key with a wrong token", s.st.Extend(s.ctx, key, wrong, s.long))
+	s.notOwnerExtend("Extend of a completed key with a wrong token", key, wrong, s.long)
 	s.completed(key, rec)
 }
 
 func testMissingKey(s *suite) {
 	key, tok := s.key("missing"), newToken()
 	notOwner(s.t, "Complete of a missing key", s.st.Complete(s.ctx, key, tok, newRecord(randomFP(), "missing"), s.long))
-	notOwner(s.t, "Release of a missing key", s.st.Release(s.ctx, key, tok))
-	notOwner(s.t, "Extend of a missing key", s.st.Extend(s.ctx, key, tok, s.long))
+	s.notOwnerExtend("Extend of a missing key", key, tok, s.long)
+	// A Release that finds nothing has nothing left to do: the key is free,
+	// which is what it asks for (a resent Release finds the key so).
+	if err := s.st.Release(s.ctx, key, tok); err != nil {
+		s.t.Errorf("Release of a missing key: %v, want nil", err)
+	}
 	// None of them left anything behind: the key is free, even for tok.
 	s.claimed(key, tok, randomFP(), s.long)
 }
@@ -162,14 +167,17 @@ func testReleaseThenClaim(s *suite) {
 	if err := s.st.Release(s.ctx, key, tokA); err != nil {
 		s.t.Fatalf("Release by the owner: %v", err)
 	}
-	notOwner(s.t, "second Release", s.st.Release(s.ctx, key, tokA))
+	if err := s.st.Release(s.ctx, key, tokA); err != nil {
+		s.t.Errorf("Release resent after it landed: %v, want nil", err)
+	}
 	notOwner(s.t, "Complete after Release", s.st.Complete(s.ctx, key, tokA, newRecord(fpA, "released"), s.long))
-	notOwner(s.t, "Extend after Release", s.st.Extend(s.ctx, key, tokA, s.long))
+	s.notOwnerExtend("Extend after Release", key, tokA, s.long)
 
 	tokB, fpB := newToken(), randomFP()
 	s.claimed(key, tokB, fpB, s.long)
 	s.inFlight(key, fpB, s.long)
 	notOwner(s.t, "Complete by the releasing owner after another claim", s.st.Complete(s.ctx, key, tokA, newRecord(fpA, "late"), s.long))
+	notOwner(s.t, "Release by the releasing owner after another claim", s.st.Release(s.ctx, key, tokA))
 	rec := newRecord(fpB, "release")
 	s.complete(key, tokB, rec, s.long)
 	s.completed(key, rec)
@@ -188,22 +196,56 @@ func testCompleteOnce(s *suite) {
 	s.claimed(key, tok, fp, s.long)
 	first := newRecord(fp, "first")
 	s.complete(key, tok, first, s.long)
+	// A second Complete by the owner finds its own record: it counts as
+	// kept (it is what a resent Complete whose reply was lost sees), and
+	// changes nothing.
 	second := newRecord(fp, "second")
 	second.Status = http.StatusOK
-	notOwner(s.t, "second Complete by the owner", s.st.Complete(s.ctx, key, tok, second, s.long))
+	if err := s.st.Complete(s.ctx, key, tok, second, s.long); err != nil {
+		s.t.Errorf("Complete by the owner of a key it kept: %v, want nil", err)
+	}
 	notOwner(s.t, "Release of a completed key by its owner", s.st.Release(s.ctx, key, tok))
-	notOwner(s.t, "Extend of a completed key by its owner", s.st.Extend(s.ctx, key, tok, s.long))
+	s.notOwnerExtend("Extend of a completed key by its owner", key, tok, s.long)
 	s.completed(key, first)
 
 	// Neither a second Complete nor an Extend lengthens a record's
 	// retention.
 	key2, tok2, fp2 := s.key("once-retention"), newToken(), randomFP()
 	s.claimed(key2, tok2, fp2, s.long)
-	s.complete(key2, tok2, newRecord(fp2, "short"), s.short)
-	notOwner(s.t, "second Complete by the owner", s.st.Complete(s.ctx, key2, tok2, newRecord(fp2, "long"), s.long))
-	notOwner(s.t, "Extend of a completed key by its owner", s.st.Extend(s.ctx, key2, tok2, s.long))
+	short := newRecord(fp2, "short")
+	s.complete(key2, tok2, short, s.short)
+	if err := s.st.Complete(s.ctx, key2, tok2, newRecord(fp2, "long"), s.long); err != nil {
+		s.t.Errorf("Complete by the owner of a key it kept: %v, want nil", err)
+	}
+	s.notOwnerExtend("Extend of a completed key by its owner", key2, tok2, s.long)
+	s.completed(key2, short)
 	s.wait(past(s.short))
 	s.claimed(key2, newToken(), randomFP(), s.long)
+}
+
+// testResent sends each finishing call twice, as a client library does when
+// the first reply is lost: the second finds the first's write and answers as
+// it did.
+func testResent(s *suite) {
+	key, tok, fp := s.key("resent-complete"), newToken(), randomFP()
+	s.claimed(key, tok, fp, s.long)
+	rec := newRecord(fp, "resent")
+	s.complete(key, tok, rec, s.long)
+	if err := s.st.Complete(s.ctx, key, tok, rec, s.long); err != nil {
+		s.t.Errorf("resent Complete: %v, want nil", err)
+	}
+	s.completed(key, rec)
+	// Another token is still refused.
+	notOwner(s.t, "Complete of a kept key by another token", s.st.Complete(s.ctx, key, newToken(), rec, s.long))
+
+	key, tok = s.key("resent-release"), newToken()
+	s.claimed(key, tok, fp, s.long)
+	for i := range 2 {
+		if err := s.st.Release(s.ctx, key, tok); err != nil {
+			s.t.Errorf("Release %d: %v, want nil", i+1, err)
+		}
+	}
+	s.claimed(key, newToken(), fp, s.long)
 }
 
 func testRemainingTTL(s *suite) {
@@ -224,7 +266,7 @@ func testClaimExpiry(s *suite) {
 	}
 	s.wait(past(s.short))
 	// A lapsed claim can be neither revived nor completed by its owner.
-	notOwner(s.t, "Extend by the owner of a lapsed claim", s.st.Extend(s.ctx, key, tokA, s.long))
+	s.notOwnerExtend("Extend by the owner of a lapsed claim", key, tokA, s.long)
 	notOwner(s.t, "Complete by the owner of a lapsed claim", s.st.Complete(s.ctx, key, tokA, newRecord(fpA, "lapsed"), s.long))
 	s.claimed(key, newToken(), randomFP(), s.long)
 	notOwner(s.t, "Release by the owner of a lapsed claim", s.st.Release(s.ctx, key, tokA))
@@ -244,25 +286,27 @@ func testRetentionExpiry(s *suite) {
 }
 
 func testExtendLengthens(s *suite) {
+	ext := s.extender()
 	key, tok, fp := s.key("extend"), newToken(), randomFP()
 	s.claimed(key, tok, fp, s.short)
-	ext := 5 * s.short
-	if err := s.st.Extend(s.ctx, key, tok, ext); err != nil {
+	life := 5 * s.short
+	if err := ext.Extend(s.ctx, key, tok, life); err != nil {
 		s.t.Fatalf("Extend by the owner: %v", err)
 	}
 	s.wait(past(s.short))
 	// Past the first TTL and still held.
-	s.inFlight(key, fp, ext-past(s.short)+time.Millisecond)
-	s.wait(ext)
+	s.inFlight(key, fp, life-past(s.short)+time.Millisecond)
+	s.wait(life)
 	// Past the extended life: free again, and the owner lost it.
 	s.claimed(key, newToken(), randomFP(), s.long)
 	notOwner(s.t, "Complete by the owner of a lapsed extended claim", s.st.Complete(s.ctx, key, tok, newRecord(fp, "late"), s.long))
 }
 
 func testExtendShortens(s *suite) {
+	ext := s.extender()
 	key, tok, fp := s.key("extend-shorter"), newToken(), randomFP()
 	s.claimed(key, tok, fp, s.long)
-	if err := s.st.Extend(s.ctx, key, tok, s.short); err != nil {
+	if err := ext.Extend(s.ctx, key, tok, s.short); err != nil {
 		s.t.Fatalf("Extend by the owner: %v", err)
 	}
 	// Extend sets the remaining life; it does not add to it.
@@ -281,7 +325,7 @@ func testFencing(s *suite) {
 
 	// A's claim lapsed and B holds the key: A can no longer touch it.
 	notOwner(s.t, "Complete by a fenced-off owner", s.st.Complete(s.ctx, key, tokA, newRecord(fpA, "a"), s.long))
-	notOwner(s.t, "Extend by a fenced-off owner", s.st.Extend(s.ctx, key, tokA, s.long))
+	s.notOwnerExtend("Extend by a fenced-off owner", key, tokA, s.long)
 	notOwner(s.t, "Release by a fenced-off owner", s.st.Release(s.ctx, key, tokA))
 	s.inFlight(key, fpB, s.long)
 
@@ -363,25 +407,42 @@ func testCompleteReleaseRace(s *suite) {
 				errs[i] = s.st.Release(s.ctx, key, tok)
 			}
 		})
-		winner := -1
+		// Exactly one kind of call took effect: the Completes that
+		// answered nil (the first kept its record, the rest found it), or
+		// the Releases (the first freed the key, the rest found it free).
+		var completes, releases []int
 		for i, err := range errs {
 			switch {
+			case err == nil && i%2 == 0:
+				completes = append(completes, i)
 			case err == nil:
-				if winner >= 0 {
-					s.t.Fatalf("round %d: racers %d and %d both finished the claim", round, winner, i)
-				}
-				winner = i
+				releases = append(releases, i)
 			case !errors.Is(err, store.ErrNotOwner):
 				s.t.Fatalf("round %d: racer %d: got error %v, want nil or store.ErrNotOwner", round, i, err)
 			}
 		}
-		if winner < 0 {
-			s.t.Fatalf("round %d: no racer finished the claim", round)
-		}
-		if winner%2 == 0 {
-			s.completed(key, recs[winner])
-		} else {
+		switch {
+		case len(completes) > 0 && len(releases) > 0:
+			s.t.Fatalf("round %d: Completes %v and Releases %v all succeeded", round, completes, releases)
+		case len(completes) > 0:
+			res := s.claim(key, newToken(), randomFP(), s.long)
+			if res.State != store.Completed || res.Record == nil {
+				s.t.Fatalf("round %d: after a Complete won: state %v, want %v", round, res.State, store.Completed)
+			}
+			found := false
+			for _, i := range completes {
+				if bytes.Equal(res.Record.Body, recs[i].Body) {
+					checkRecord(s.t, res.Record, recs[i])
+					found = true
+				}
+			}
+			if !found {
+				s.t.Fatalf("round %d: kept body %q is none of the successful Completes' %v", round, res.Record.Body, completes)
+			}
+		case len(releases) > 0:
 			s.claimed(key, newToken(), randomFP(), s.long)
+		default:
+			s.t.Fatalf("round %d: no racer finished the claim", round)
 		}
 	}
 }
@@ -467,13 +528,15 @@ func testCancelledContext(s *suite) {
 		s.t.Fatalf("Release by the owner: %v", err)
 	}
 
-	key, tok, fp = s.key("cancelled-extend"), newToken(), randomFP()
-	s.claimed(key, tok, fp, s.short)
-	if err := s.st.Extend(cctx, key, tok, s.long); err == nil {
-		s.t.Error("Extend with a cancelled context: no error")
+	if ext, ok := s.st.(store.Extender); ok {
+		key, tok, fp = s.key("cancelled-extend"), newToken(), randomFP()
+		s.claimed(key, tok, fp, s.short)
+		if err := ext.Extend(cctx, key, tok, s.long); err == nil {
+			s.t.Error("Extend with a cancelled context: no error")
+		}
+		s.wait(past(s.short))
+		s.claimed(key, newToken(), randomFP(), s.long)
 	}
-	s.wait(past(s.short))
-	s.claimed(key, newToken(), randomFP(), s.long)
 }
 
 // race runs f(0) to f(n-1) on n goroutines released together, and waits for

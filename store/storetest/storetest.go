@@ -31,22 +31,30 @@
 // What the suite holds a store to, beyond the doc comments of store.Store:
 //
 //   - Claim answers Claimed for a free key, Mine for a key held under the
-//     caller's own token, InFlight (with the holder's fingerprint and a
-//     remaining life in (0, TTL]) for a key held under another token, and
-//     Completed (with the kept record and its fingerprint) once the key is
-//     completed, whoever asks. Result.Record is nil unless Completed.
-//   - Complete, Release and Extend answer ErrNotOwner, and change nothing,
-//     for a wrong token, a missing key, a lapsed claim and a completed key:
-//     a completed record can never be overwritten, released or extended.
+//     caller's own token, InFlight (with the holder's fingerprint, a
+//     remaining life in (0, TTL] and when it was claimed) for a key held
+//     under another token, and Completed (with the kept record and its
+//     fingerprint) once the key is completed, whoever asks. Result.Record is
+//     nil unless Completed.
+//   - Complete answers ErrNotOwner, and changes nothing, for a wrong token, a
+//     missing key and a lapsed claim; for a key the same token already
+//     completed it answers nil and changes nothing (a resent Complete). A
+//     completed record can never be overwritten, released or extended.
+//   - Release answers nil for a key that holds nothing (a resent Release, a
+//     lapsed claim) and ErrNotOwner for a key held by another token or
+//     completed.
 //   - Complete keeps the record as given: status, header (a nil header and an
 //     empty one are the same), body byte for byte (NULs, invalid UTF-8, an
 //     empty body, 1 MiB), BodyOmitted, fingerprint, and CreatedAt and
 //     CompletedAt to at least millisecond precision (time.Time.Equal).
-//   - Claims lapse after their TTL, records after their retention, and Extend
-//     sets a claim's remaining life (longer or shorter).
-//   - Under concurrency exactly one of 64 racing claims wins, exactly one of
-//     racing Complete and Release calls by the owner succeeds, and distinct
-//     keys never see each other's records.
+//   - Claims lapse after their TTL and records after their retention.
+//   - A store.Extender's Extend sets a claim's remaining life (longer or
+//     shorter) and answers ErrNotOwner as Complete does. The Extend subtests
+//     are skipped for a store that is not an Extender.
+//   - Under concurrency exactly one of 64 racing claims wins, racing
+//     Complete and Release calls by the owner end with either a record one
+//     of the successful Completes gave or a free key (never both kinds
+//     succeed), and distinct keys never see each other's records.
 //   - A call with a context that is already cancelled returns an error and
 //     changes nothing.
 package storetest
@@ -101,6 +109,7 @@ var cases = []struct {
 	{"MissingKey", testMissingKey},
 	{"ReleaseThenClaim", testReleaseThenClaim},
 	{"CompleteOnce", testCompleteOnce},
+	{"Resent", testResent},
 	{"RemainingTTL", testRemainingTTL},
 	{"ClaimExpiry", testClaimExpiry},
 	{"RetentionExpiry", testRetentionExpiry},
@@ -204,6 +213,26 @@ func (s *suite) complete(key, token string, rec *store.Record, retention time.Du
 	}
 }
 
+// extender returns the store as a store.Extender, and skips the subtest
+// when the store does not have that capability.
+func (s *suite) extender() store.Extender {
+	s.t.Helper()
+	ext, ok := s.st.(store.Extender)
+	if !ok {
+		s.t.Skipf("%T is not a store.Extender", s.st)
+	}
+	return ext
+}
+
+// notOwnerExtend checks that Extend answers ErrNotOwner, when the store can
+// extend claims.
+func (s *suite) notOwnerExtend(op, key, token string, ttl time.Duration) {
+	s.t.Helper()
+	if ext, ok := s.st.(store.Extender); ok {
+		notOwner(s.t, op, ext.Extend(s.ctx, key, token, ttl))
+	}
+}
+
 // notOwner fails unless err is ErrNotOwner.
 func notOwner(t testing.TB, op string, err error) {
 	t.Helper()
@@ -235,6 +264,9 @@ func checkInFlight(t testing.TB, res store.Result, fp [32]byte, maxTTL time.Dura
 	}
 	if res.TTL <= 0 || res.TTL > maxTTL {
 		t.Errorf("InFlight: TTL %v, want in (0, %v]", res.TTL, maxTTL)
+	}
+	if res.ClaimedAt.IsZero() {
+		t.Errorf("InFlight: ClaimedAt is zero, want when the holder claimed the key")
 	}
 	if res.Record != nil {
 		t.Errorf("InFlight: Record is %+v, want nil", res.Record)

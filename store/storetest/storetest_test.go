@@ -27,6 +27,7 @@ type refEntry struct {
 	token   string
 	fp      [32]byte
 	ttl     time.Duration
+	claimed time.Time
 	expires time.Time
 	rec     *store.Record
 }
@@ -70,7 +71,7 @@ func (s *refStore) Claim(ctx context.Context, key string, c store.Claim) (store.
 	e := s.live(key)
 	switch {
 	case e == nil:
-		s.m[key] = &refEntry{token: c.Token, fp: c.Fingerprint, ttl: c.TTL, expires: s.now.Add(c.TTL)}
+		s.m[key] = &refEntry{token: c.Token, fp: c.Fingerprint, ttl: c.TTL, claimed: s.now, expires: s.now.Add(c.TTL)}
 		return store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}, nil
 	case e.rec != nil:
 		return store.Result{State: store.Completed, Fingerprint: e.fp, Record: e.rec}, nil
@@ -81,7 +82,11 @@ func (s *refStore) Claim(ctx context.Context, key string, c store.Claim) (store.
 	if s.flaw == "ttl-not-remaining" {
 		ttl = e.ttl
 	}
-	return store.Result{State: store.InFlight, Fingerprint: e.fp, TTL: ttl}, nil
+	res := store.Result{State: store.InFlight, Fingerprint: e.fp, TTL: ttl, ClaimedAt: e.claimed}
+	if s.flaw == "no-claimed-at" {
+		res.ClaimedAt = time.Time{}
+	}
+	return res, nil
 }
 
 // owned returns key's entry when token holds it in flight.
@@ -104,6 +109,12 @@ func (s *refStore) Complete(ctx context.Context, key, token string, rec *store.R
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if e := s.live(key); e != nil && e.rec != nil && e.token == token && s.flaw != "completed-stays-owned" {
+		if s.flaw == "resent-complete-refused" {
+			return store.ErrNotOwner
+		}
+		return nil // kept already, by this token
+	}
 	e := s.owned(key, token)
 	if e == nil {
 		return store.ErrNotOwner
@@ -125,6 +136,9 @@ func (s *refStore) Release(ctx context.Context, key, token string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.live(key) == nil && s.flaw != "release-missing-refused" {
+		return nil // nothing holds the key: it is free, as asked
+	}
 	if s.owned(key, token) == nil {
 		return store.ErrNotOwner
 	}
@@ -157,6 +171,18 @@ func TestReferenceStore(t *testing.T) {
 	})
 }
 
+// baseStore hides every method but those of store.Store.
+type baseStore struct{ store.Store }
+
+// A store without the optional capabilities runs every subtest but those
+// of the capability it lacks.
+func TestReferenceStoreWithoutExtend(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		s := newRefStore("")
+		return storetest.Harness{Store: baseStore{s}, Advance: s.advance}
+	})
+}
+
 func TestReferenceStoreShared(t *testing.T) {
 	s := newRefStore("")
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
@@ -180,14 +206,17 @@ func TestSuiteCatchesFlaws(t *testing.T) {
 		return
 	}
 	for flaw, subtest := range map[string]string{
-		"ignores-token":         "WrongToken",
-		"completed-stays-owned": "CompleteOnce",
-		"claims-never-lapse":    "ClaimExpiry",
-		"extend-adds":           "ExtendShortens",
-		"no-mine":               "ClaimMine",
-		"ttl-not-remaining":     "RemainingTTL",
-		"ignores-context":       "CancelledContext",
-		"body-stops-at-nul":     "RecordRoundTrip",
+		"ignores-token":           "WrongToken",
+		"completed-stays-owned":   "CompleteOnce",
+		"claims-never-lapse":      "ClaimExpiry",
+		"extend-adds":             "ExtendShortens",
+		"no-mine":                 "ClaimMine",
+		"ttl-not-remaining":       "RemainingTTL",
+		"ignores-context":         "CancelledContext",
+		"body-stops-at-nul":       "RecordRoundTrip",
+		"resent-complete-refused": "Resent",
+		"release-missing-refused": "MissingKey",
+		"no-claimed-at":           "ClaimInFlight",
 	} {
 		t.Run(flaw, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestSuiteCatchesFlaws$", "-test.v", "-test.count=1")
