@@ -24,7 +24,10 @@ import (
 // protected returns the middleware over an in-memory store.
 func protected(t *testing.T, opts ...middleware.Option) *middleware.Middleware {
 	t.Helper()
-	st := memory.New()
+	st, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { st.Close() })
 	m, err := middleware.New(st, opts...)
 	if err != nil {

@@ -50,7 +50,10 @@ func benchRequest(key string) *http.Request {
 }
 
 func benchMiddleware(b *testing.B) http.Handler {
-	st := memory.New()
+	st, err := memory.New()
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.Cleanup(func() { st.Close() })
 	mw, err := middleware.New(st)
 	if err != nil {
@@ -99,7 +102,10 @@ func BenchmarkReplay(b *testing.B) {
 }
 
 func BenchmarkConflict(b *testing.B) {
-	st := memory.New()
+	st, err := memory.New()
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.Cleanup(func() { st.Close() })
 	mw, _ := middleware.New(st)
 	block := make(chan struct{})

@@ -41,7 +41,10 @@ func send(h http.Handler, key, body string) {
 }
 
 func Example_chi() {
-	st := memory.New()
+	st, err := memory.New()
+	if err != nil {
+		panic(err)
+	}
 	defer st.Close()
 	idem, err := middleware.New(st)
 	if err != nil {
@@ -71,7 +74,10 @@ func Example_chi() {
 }
 
 func Example_serveMux() {
-	st := memory.New()
+	st, err := memory.New()
+	if err != nil {
+		panic(err)
+	}
 	defer st.Close()
 	idem, err := middleware.New(st)
 	if err != nil {
@@ -98,7 +104,10 @@ func Example_serveMux() {
 }
 
 func ExampleKeyFromContext() {
-	st := memory.New()
+	st, err := memory.New()
+	if err != nil {
+		panic(err)
+	}
 	defer st.Close()
 	idem, _ := middleware.New(st)
 	h := idem.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -113,7 +113,10 @@ type fixture struct {
 
 func newFixture(t *testing.T, opts ...middleware.Option) *fixture {
 	t.Helper()
-	mem := memory.New()
+	mem, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { mem.Close() })
 	f := &fixture{t: t, store: &countingStore{Store: mem}, events: &eventLog{}}
 	opts = append([]middleware.Option{middleware.WithObserver(f.events.observe)}, opts...)

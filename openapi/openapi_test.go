@@ -22,7 +22,10 @@ import (
 
 func newMiddleware(t *testing.T, opts ...middleware.Option) *middleware.Middleware {
 	t.Helper()
-	mem := memory.New()
+	mem, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { mem.Close() })
 	m, err := middleware.New(mem, opts...)
 	if err != nil {
@@ -232,7 +235,10 @@ func (s *downStore) Claim(ctx context.Context, key string, c store.Claim) (store
 // refusals and validates the body it wrote against the document's schema
 // for that status; a body under another status's schema must not validate.
 func TestProblemsMatchTheirSchemas(t *testing.T) {
-	mem := memory.New()
+	mem, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { mem.Close() })
 	idem, err := middleware.New(&downStore{Store: mem, down: store.KeyName("anonymous", "down")}, middleware.WithMaxRequestBody(16))
 	if err != nil {

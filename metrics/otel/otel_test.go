@@ -132,7 +132,10 @@ func TestScriptedSession(t *testing.T) {
 	if !slices.Equal(rec.meters, []string{idemotel.ScopeName}) {
 		t.Errorf("meters %v", rec.meters)
 	}
-	mem := memory.New()
+	mem, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { mem.Close() })
 	idem, err := middleware.New(tel.Store(mem), middleware.WithObserver(tel.Observer()))
 	if err != nil {

@@ -83,7 +83,10 @@ func TestScriptedSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem := memory.New()
+	mem, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { mem.Close() })
 	fs := &faultyStore{Store: mem,
 		failClaim:   map[string]bool{store.KeyName("anonymous", "down"): true},
@@ -258,7 +261,12 @@ func TestChiRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idem, err := middleware.New(memory.New(), middleware.WithObserver(met.Observer()))
+	mem, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	idem, err := middleware.New(mem, middleware.WithObserver(met.Observer()))
 	if err != nil {
 		t.Fatal(err)
 	}

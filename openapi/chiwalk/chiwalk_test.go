@@ -27,7 +27,10 @@ func auth(next http.Handler) http.Handler { return next }
 // service builds a chi router with idempotency attached in every way chi
 // allows, and routes it does not cover.
 func service(t *testing.T) (*chi.Mux, *middleware.Middleware) {
-	mem := memory.New()
+	mem, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { mem.Close() })
 	idem, err := middleware.New(mem)
 	if err != nil {
@@ -154,7 +157,10 @@ func TestServedDocument(t *testing.T) {
 }
 
 func TestWrappedTwice(t *testing.T) {
-	mem := memory.New()
+	mem, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { mem.Close() })
 	idem, err := middleware.New(mem)
 	if err != nil {

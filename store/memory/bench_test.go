@@ -20,8 +20,7 @@ var benchHeader = http.Header{"Content-Type": {"application/json"}}
 // its bound (DefaultMaxRecords), each new claim also evicts the oldest
 // record, as in a busy service.
 func BenchmarkClaimComplete(b *testing.B) {
-	s := New()
-	defer s.Close()
+	s := mustNew(b)
 	ctx := context.Background()
 	body := []byte(`{"id":"ord_123","status":"created"}`)
 	var worker atomic.Int64
@@ -47,8 +46,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 // BenchmarkClaimRelease is a request whose handler failed: a claim, then
 // its release, each goroutine on its own key.
 func BenchmarkClaimRelease(b *testing.B) {
-	s := New()
-	defer s.Close()
+	s := mustNew(b)
 	ctx := context.Background()
 	var worker atomic.Int64
 	b.ReportAllocs()
@@ -77,8 +75,7 @@ func BenchmarkClaimCompleted(b *testing.B) {
 			name = "one-key"
 		}
 		b.Run(name, func(b *testing.B) {
-			s := New()
-			defer s.Close()
+			s := mustNew(b)
 			ctx := context.Background()
 			keys := make([]string, n)
 			for i := range keys {

@@ -33,8 +33,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		clock := newFakeClock()
-		s := New(WithClock(clock.Now))
-		t.Cleanup(func() { s.Close() })
+		s := mustNew(t, WithClock(clock.Now))
 		return storetest.Harness{Store: s, Advance: clock.Advance}
 	})
 }
@@ -43,8 +42,7 @@ func TestConformance(t *testing.T) {
 // as a suite against a shared server would.
 func TestConformanceShared(t *testing.T) {
 	clock := newFakeClock()
-	s := New(WithClock(clock.Now))
-	t.Cleanup(func() { s.Close() })
+	s := mustNew(t, WithClock(clock.Now))
 	storetest.Run(t, func(*testing.T) storetest.Harness {
 		return storetest.Harness{Store: s, Advance: clock.Advance}
 	})
@@ -54,8 +52,7 @@ func TestConformanceShared(t *testing.T) {
 // against a backend whose clock it cannot move.
 func TestConformanceRealTime(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
-		s := New()
-		t.Cleanup(func() { s.Close() })
+		s := mustNew(t)
 		return storetest.Harness{Store: s}
 	})
 }

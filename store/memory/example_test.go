@@ -13,7 +13,10 @@ import (
 // The life of one key: the first request claims it and keeps its response;
 // a retry finds the response kept.
 func Example() {
-	s := memory.New(memory.WithMaxRecords(10_000))
+	s, err := memory.New(memory.WithMaxRecords(10_000))
+	if err != nil {
+		panic(err)
+	}
 	defer s.Close()
 	ctx := context.Background()
 	key := store.KeyName("user-42", "order-7f3a")

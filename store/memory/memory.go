@@ -90,12 +90,13 @@ type core struct {
 
 // New returns an empty store and starts its janitor, which runs until Close.
 // A store that becomes unreachable without Close has its janitor stopped
-// when it is garbage collected.
-//
-// New panics, with a message that starts "idemkey: memory:", when an option
-// is out of range (see each option).
-func New(opts ...Option) *Store {
-	cfg := newConfig(opts)
+// when it is garbage collected. It returns an error, and no store, when an
+// option is invalid (see each option).
+func New(opts ...Option) (*Store, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
 	c := &core{
 		seed:     maphash.MakeSeed(),
 		now:      cfg.now,
@@ -114,7 +115,7 @@ func New(opts ...Option) *Store {
 	go c.janitor()
 	s := &Store{c: c}
 	runtime.AddCleanup(s, (*core).stopJanitor, c)
-	return s
+	return s, nil
 }
 
 // Close stops the janitor and waits for it to exit. It is idempotent and

@@ -97,8 +97,7 @@ func checkInvariants(t *testing.T, s *Store) {
 }
 
 func TestDefaults(t *testing.T) {
-	s := New()
-	defer s.Close()
+	s := mustNew(t)
 	if s.c.max != 100_000 || DefaultMaxRecords != 100_000 {
 		t.Errorf("max records %d (DefaultMaxRecords %d), want 100000", s.c.max, DefaultMaxRecords)
 	}
@@ -126,7 +125,18 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
-func TestOptionsPanic(t *testing.T) {
+// mustNew returns a new store and closes it when the test ends.
+func mustNew(tb testing.TB, opts ...Option) *Store {
+	tb.Helper()
+	s, err := New(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestOptionsInvalid(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opt  Option
@@ -136,33 +146,30 @@ func TestOptionsPanic(t *testing.T) {
 		{"NilClock", WithClock(nil)},
 		{"JanitorIntervalZero", WithJanitorInterval(0)},
 		{"JanitorIntervalNegative", WithJanitorInterval(-time.Second)},
+		{"NilOption", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			defer func() {
-				r := recover()
-				msg, _ := r.(string)
-				if !strings.HasPrefix(msg, "idemkey: memory: ") {
-					t.Fatalf("New panicked with %#v, want a message starting %q", r, "idemkey: memory: ")
-				}
-			}()
-			s := New(tc.opt)
-			s.Close()
+			s, err := New(tc.opt)
+			if err == nil || !strings.HasPrefix(err.Error(), "idemkey: memory: ") {
+				t.Fatalf("New: store %v, error %v; want an error starting %q", s, err, "idemkey: memory: ")
+			}
+			if s != nil {
+				t.Fatalf("New returned a store with the error %v", err)
+			}
 		})
 	}
 }
 
 func TestOptionsApplied(t *testing.T) {
 	clock := newFakeClock()
-	s := New(WithMaxRecords(7), WithClock(clock.Now), WithJanitorInterval(3*time.Second), nil)
-	defer s.Close()
+	s := mustNew(t, WithMaxRecords(7), WithClock(clock.Now), WithJanitorInterval(3*time.Second))
 	if s.c.max != 7 || s.c.interval != 3*time.Second || !s.c.now().Equal(clock.Now()) {
 		t.Errorf("options not applied: max %d, interval %v, clock %v", s.c.max, s.c.interval, s.c.now())
 	}
 }
 
 func TestBadArguments(t *testing.T) {
-	s := New(WithClock(newFakeClock().Now))
-	defer s.Close()
+	s := mustNew(t, WithClock(newFakeClock().Now))
 	ctx := t.Context()
 	if _, err := s.Claim(ctx, "k", store.Claim{Token: "a", TTL: 0}); err == nil {
 		t.Error("Claim with a zero TTL: no error")
@@ -188,8 +195,7 @@ func TestBadArguments(t *testing.T) {
 
 func TestLazyExpiry(t *testing.T) {
 	clock := newFakeClock()
-	s := New(WithClock(clock.Now))
-	defer s.Close()
+	s := mustNew(t, WithClock(clock.Now))
 	mustClaim(t, s, "claim", "a", store.Claimed)
 	mustClaim(t, s, "record", "a", store.Claimed)
 	mustComplete(t, s, "record", "a", 2*time.Hour)
@@ -215,8 +221,7 @@ func TestLazyExpiry(t *testing.T) {
 
 func TestEvictsOldestCompleted(t *testing.T) {
 	clock := newFakeClock()
-	s := New(WithMaxRecords(3), WithClock(clock.Now))
-	defer s.Close()
+	s := mustNew(t, WithMaxRecords(3), WithClock(clock.Now))
 	// Claimed in one order, completed in another: completion decides.
 	for _, k := range []string{"b", "a", "c"} {
 		mustClaim(t, s, k, "t-"+k, store.Claimed)
@@ -243,8 +248,7 @@ func TestEvictsOldestCompleted(t *testing.T) {
 
 func TestEvictsOldestCompletedWithoutClockTicks(t *testing.T) {
 	// Completions at one instant still evict in completion order.
-	s := New(WithMaxRecords(50), WithClock(newFakeClock().Now))
-	defer s.Close()
+	s := mustNew(t, WithMaxRecords(50), WithClock(newFakeClock().Now))
 	for i := range 50 {
 		k := fmt.Sprint("k", i)
 		mustClaim(t, s, k, "t", store.Claimed)
@@ -263,8 +267,7 @@ func TestEvictsOldestCompletedWithoutClockTicks(t *testing.T) {
 
 func TestNeverEvictsClaims(t *testing.T) {
 	clock := newFakeClock()
-	s := New(WithMaxRecords(3), WithClock(clock.Now))
-	defer s.Close()
+	s := mustNew(t, WithMaxRecords(3), WithClock(clock.Now))
 	mustClaim(t, s, "x", "t-x", store.Claimed)
 	mustClaim(t, s, "y", "t-y", store.Claimed)
 	mustClaim(t, s, "z", "t-z", store.Claimed)
@@ -295,8 +298,7 @@ func TestNeverEvictsClaims(t *testing.T) {
 
 func TestFullStoreDropsExpiredFirst(t *testing.T) {
 	clock := newFakeClock()
-	s := New(WithMaxRecords(3), WithClock(clock.Now))
-	defer s.Close()
+	s := mustNew(t, WithMaxRecords(3), WithClock(clock.Now))
 	ctx := t.Context()
 	// The oldest record outlives a younger one and an abandoned claim.
 	mustClaim(t, s, "old", "t", store.Claimed)
@@ -318,7 +320,7 @@ func TestFullStoreDropsExpiredFirst(t *testing.T) {
 	checkInvariants(t, s)
 
 	// A store full of claims that have all lapsed takes new ones.
-	s2 := New(WithMaxRecords(2), WithClock(clock.Now))
+	s2 := mustNew(t, WithMaxRecords(2), WithClock(clock.Now))
 	defer s2.Close()
 	for _, k := range []string{"a", "b"} {
 		if _, err := s2.Claim(ctx, k, store.Claim{Token: "t", TTL: time.Second}); err != nil {
@@ -336,7 +338,7 @@ func TestFullStoreDropsExpiredFirst(t *testing.T) {
 
 func TestJanitor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := New(WithJanitorInterval(time.Second))
+		s := mustNew(t, WithJanitorInterval(time.Second))
 		ctx := context.Background()
 		if _, err := s.Claim(ctx, "claim", store.Claim{Token: "t", TTL: 1500 * time.Millisecond}); err != nil {
 			t.Fatal(err)
@@ -375,7 +377,7 @@ func TestJanitor(t *testing.T) {
 }
 
 func TestCloseStopsJanitor(t *testing.T) {
-	s := New()
+	s := mustNew(t)
 	done := s.c.done
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -393,7 +395,10 @@ func TestCloseStopsJanitor(t *testing.T) {
 
 func TestUnreachableStoreStopsJanitor(t *testing.T) {
 	done := func() chan struct{} {
-		s := New()
+		s, err := New() // not mustNew: its cleanup would keep the store reachable
+		if err != nil {
+			t.Fatal(err)
+		}
 		mustClaim(t, s, "k", "t", store.Claimed)
 		return s.c.done
 	}()
@@ -411,8 +416,7 @@ func TestUnreachableStoreStopsJanitor(t *testing.T) {
 }
 
 func TestKeptRecordIsShared(t *testing.T) {
-	s := New()
-	defer s.Close()
+	s := mustNew(t)
 	body := make([]byte, 4, 64)
 	copy(body, "body")
 	values := make([]string, 1, 8)
@@ -448,8 +452,7 @@ func TestKeptRecordIsShared(t *testing.T) {
 // the references they leave behind are dropped.
 func TestStaleQueueBounded(t *testing.T) {
 	clock := newFakeClock()
-	s := New(WithClock(clock.Now))
-	defer s.Close()
+	s := mustNew(t, WithClock(clock.Now))
 	for i := range 4 * numShards {
 		k := fmt.Sprint("anchor", i)
 		mustClaim(t, s, k, "t", store.Claimed)
@@ -468,8 +471,7 @@ func TestStaleQueueBounded(t *testing.T) {
 // releases, lapses and evictions, and checks the bookkeeping throughout.
 func TestChurn(t *testing.T) {
 	clock := newFakeClock()
-	s := New(WithMaxRecords(300), WithClock(clock.Now))
-	defer s.Close()
+	s := mustNew(t, WithMaxRecords(300), WithClock(clock.Now))
 	ctx := t.Context()
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 20_000 {
@@ -515,8 +517,7 @@ func TestChurn(t *testing.T) {
 func TestConcurrentEviction(t *testing.T) {
 	clock := newFakeClock()
 	const max, workers = 64, 8
-	s := New(WithMaxRecords(max), WithClock(clock.Now))
-	defer s.Close()
+	s := mustNew(t, WithMaxRecords(max), WithClock(clock.Now))
 	ctx := t.Context()
 	var wg sync.WaitGroup
 	for w := range workers {

@@ -1,8 +1,11 @@
 package memory
 
 import (
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkey/idemkey/internal/option"
 )
 
 // Defaults of the options.
@@ -15,9 +18,10 @@ const (
 	DefaultJanitorInterval = time.Minute
 )
 
-// Option configures a Store. Options are applied by New in order; a later
-// option overrides an earlier one of the same kind.
-type Option func(*config)
+// Option configures a Store. New applies options in order (a later option
+// overrides an earlier one of the same kind) and returns an error naming
+// every invalid value and nil option; no option panics.
+type Option func(*config) error
 
 type config struct {
 	maxRecords int
@@ -27,19 +31,14 @@ type config struct {
 	defaultClock bool
 }
 
-func newConfig(opts []Option) config {
+func newConfig(opts []Option) (config, error) {
 	c := config{
 		maxRecords:   DefaultMaxRecords,
 		now:          time.Now,
 		interval:     DefaultJanitorInterval,
 		defaultClock: true,
 	}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
-	return c
+	return c, option.Apply("idemkey: memory", &c, opts)
 }
 
 // WithMaxRecords bounds how many claims and completed records the store
@@ -51,13 +50,14 @@ func newConfig(opts []Option) config {
 // A live claim is never evicted: when only live claims remain, Claim
 // returns store.ErrFull.
 //
-// n must be positive; New panics otherwise.
+// n must be positive.
 func WithMaxRecords(n int) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if n <= 0 {
-			panic(fmt.Sprintf("idemkey: memory: WithMaxRecords(%d): the bound must be positive", n))
+			return fmt.Errorf("WithMaxRecords(%d): the bound must be positive", n)
 		}
 		c.maxRecords = n
+		return nil
 	}
 }
 
@@ -67,13 +67,14 @@ func WithMaxRecords(n int) Option {
 // readings are compared with time.Time.Sub, so a clock that carries
 // monotonic readings (as time.Now does) is immune to wall-clock steps.
 //
-// now must not be nil; New panics otherwise.
+// now must not be nil.
 func WithClock(now func() time.Time) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if now == nil {
-			panic("idemkey: memory: WithClock(nil): the clock must not be nil")
+			return errors.New("WithClock(nil): the clock must not be nil")
 		}
 		c.now, c.defaultClock = now, false
+		return nil
 	}
 }
 
@@ -83,12 +84,13 @@ func WithClock(now func() time.Time) Option {
 // every access checks the entry it touches against the clock, so the
 // interval only bounds how long expired entries keep their memory.
 //
-// d must be positive; New panics otherwise.
+// d must be positive.
 func WithJanitorInterval(d time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if d <= 0 {
-			panic(fmt.Sprintf("idemkey: memory: WithJanitorInterval(%v): the interval must be positive", d))
+			return fmt.Errorf("WithJanitorInterval(%v): the interval must be positive", d)
 		}
 		c.interval = d
+		return nil
 	}
 }

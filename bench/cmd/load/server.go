@@ -206,7 +206,10 @@ func scenarioHandler(sc string, a *app, redisAddr string, poolSize, cacheSize in
 	case scBare:
 		return a, nop, nil
 	case scMemory:
-		st := memory.New(memory.WithMaxRecords(8_000_000))
+		st, err := memory.New(memory.WithMaxRecords(8_000_000))
+		if err != nil {
+			return nil, nil, err
+		}
 		mw, err := middleware.New(st)
 		if err != nil {
 			return nil, nil, err

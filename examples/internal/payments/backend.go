@@ -76,7 +76,10 @@ func OpenBackend(ctx context.Context, cfg Config, logger *slog.Logger) (*Backend
 	default:
 		logger.Info("idempotency store", "store", "memory",
 			"note", "keys live in this process only; set REDIS_URL to share them between instances")
-		st := memory.New()
+		st, err := memory.New()
+		if err != nil {
+			return nil, err
+		}
 		return &Backend{Store: st, Name: "memory", Close: st.Close}, nil
 	}
 

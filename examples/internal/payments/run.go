@@ -107,7 +107,10 @@ func Run(ctx context.Context, getenv func(string) string, logger *slog.Logger, r
 
 	// The bank: another service, with its own store, on a free loopback
 	// port.
-	bankStore := memory.New()
+	bankStore, err := memory.New()
+	if err != nil {
+		return err
+	}
 	defer bankStore.Close()
 	bk := &bank{delay: cfg.BankDelay}
 	bankHandler, err := bk.handler(bankStore, logger.With("service", "bank"))
