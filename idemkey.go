@@ -23,7 +23,8 @@ import (
 // Key is the idempotency key of an incoming request and the scope (the
 // caller's namespace) it lives in.
 type Key struct {
-	// Scope is the caller's namespace, for example a user id or "anonymous".
+	// Scope is the caller's namespace: scope.Anonymous, or scope.Of a
+	// signed-in caller's id.
 	Scope string
 	// Value is the key exactly as the client sent it, after unquoting.
 	Value string

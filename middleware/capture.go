@@ -2,12 +2,15 @@ package middleware
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/idemkey/idemkey/store"
 )
 
 // capture is the ResponseWriter a claimed request's handler writes to.
@@ -16,10 +19,9 @@ import (
 // was written, and up to limit bytes of body) and sends nothing until the
 // handler returns, so that the middleware can keep the record before the
 // client sees the answer. A handler that flushes, or writes past the limit,
-// switches it to streaming: what was held goes out, and the rest passes
-// straight through while the first limit bytes are still teed for the
-// record (past the limit the record omits the body). Informational (1xx)
-// responses pass straight through.
+// starts streaming: the capture asks its owner to keep the record first
+// (owner.streaming), then what was held goes out and the rest passes
+// straight through. Informational (1xx) responses pass straight through.
 //
 // The value the handler sees is built by newCapture: it has Flush and
 // ReadFrom exactly when the wrapped writer has them, Hijack when the
@@ -29,28 +31,33 @@ type capture struct {
 	w     http.ResponseWriter
 	limit int
 	keep  func(string) bool
+	owner *attempt
 
 	status    int         // final status; 0 until written
 	kept      http.Header // headers that may be replayed, snapshotted with the status
-	body      []byte      // the held or teed body, up to limit
-	overflow  bool        // the body passed limit: the record omits it
+	body      []byte      // the held body, up to limit; nil once streaming
 	streaming bool        // the response has started to go out
+	aborted   bool        // the owner answered in the handler's place: drop what it writes
 	hijacked  bool
 	// after holds header changes made after the status was written while
 	// the response is still held, so that they cannot alter the headers
 	// that go out; trailers set there are copied over when it is sent.
 	after http.Header
 
-	// These live here so that one allocation serves the whole exchange:
-	// ctx is the handler's context, in the request body the handler reads,
-	// and length the value slot of the Content-Length header send sets.
-	ctx    runContext
-	in     bodyReader
-	length [1]string
+	// The request body the handler reads, here so that one allocation
+	// serves the handler's whole exchange, and the value slots of the
+	// headers send and the owner set without allocating.
+	in      bodyReader
+	length  [1]string
+	request [1]string
 }
 
+// errAborted is what a handler's writes return once the middleware has
+// answered in its place (a transaction that did not commit).
+var errAborted = errors.New("idemkey: middleware: the response was replaced: the record could not be kept")
+
 func (c *capture) Header() http.Header {
-	if c.status != 0 && !c.streaming && !c.hijacked {
+	if c.status != 0 && !c.streaming && !c.hijacked && !c.aborted {
 		if c.after == nil {
 			c.after = c.w.Header().Clone()
 		}
@@ -60,7 +67,7 @@ func (c *capture) Header() http.Header {
 }
 
 func (c *capture) WriteHeader(code int) {
-	if c.hijacked || c.status != 0 {
+	if c.hijacked || c.aborted || c.status != 0 {
 		return
 	}
 	if code < 100 || code > 999 {
@@ -87,8 +94,11 @@ func writeString(w http.ResponseWriter, s string) (int, error) { return io.Write
 // write is the one capture path for Write, WriteString and ReadFrom; out
 // writes p to the wrapped writer.
 func write[T string | []byte](c *capture, p T, out func(http.ResponseWriter, T) (int, error)) (int, error) {
-	if c.hijacked {
+	switch {
+	case c.hijacked:
 		return 0, http.ErrHijacked
+	case c.aborted:
+		return 0, errAborted
 	}
 	if c.status == 0 {
 		c.WriteHeader(http.StatusOK)
@@ -96,33 +106,36 @@ func write[T string | []byte](c *capture, p T, out func(http.ResponseWriter, T) 
 	if !bodyAllowed(c.status) {
 		return 0, http.ErrBodyNotAllowed
 	}
-	if !c.overflow {
+	if !c.streaming {
 		if len(c.body)+len(p) <= c.limit {
 			c.body = append(c.body, p...)
-			if !c.streaming {
-				return len(p), nil
-			}
-		} else {
-			c.overflow = true
-			if !c.streaming {
-				if err := c.send(false); err != nil {
-					return 0, err
-				}
-			}
-			c.body = nil
+			return len(p), nil
+		}
+		if err := c.startStream(); err != nil {
+			return 0, err
 		}
 	}
 	return out(c.w, p)
 }
 
-// send starts the response: the status and headers, then the held body.
-// whole says the handler has returned, so the held body is all there is.
-func (c *capture) send(whole bool) error {
-	c.streaming = true
+// startStream starts the response before the handler has returned: the
+// owner keeps the record first, then the status, the headers and the held
+// body go out.
+func (c *capture) startStream() error {
 	if c.status == 0 {
 		c.status = http.StatusOK
 		c.kept = keptHeader(c.w.Header(), c.keep)
 	}
+	if !c.owner.streaming(c) {
+		return errAborted
+	}
+	return c.send(false)
+}
+
+// send writes the status and headers, then the held body. whole says the
+// handler has returned, so the held body is all there is.
+func (c *capture) send(whole bool) error {
+	c.streaming = true
 	h := c.w.Header()
 	if whole && bodyAllowed(c.status) && h.Get("Content-Length") == "" && h.Get("Transfer-Encoding") == "" && !hasTrailers(h) {
 		// Say how long the body is rather than chunk it, as net/http does
@@ -138,23 +151,45 @@ func (c *capture) send(whole bool) error {
 	// what after held is out of date, and copying it again when the
 	// handler returns would undo trailers set since.
 	c.after = nil
-	if len(c.body) == 0 {
+	body := c.body
+	c.body = nil
+	if len(body) == 0 {
 		return nil
 	}
-	_, err := c.w.Write(c.body)
+	_, err := c.w.Write(body)
 	return err
 }
 
 // finish sends what is still held, once the handler has returned.
 func (c *capture) finish() {
-	if c.hijacked {
-		return
-	}
-	if !c.streaming {
+	switch {
+	case c.hijacked, c.aborted:
+	case !c.streaming:
 		c.send(true)
-		return
+	default:
+		c.copyTrailers()
 	}
-	c.copyTrailers()
+}
+
+// replace drops the held response and the headers the handler set, so
+// that the owner can answer in its place; what the handler writes from
+// then on is dropped. It must be called before anything was sent.
+func (c *capture) replace() {
+	h := c.w.Header()
+	for k := range h {
+		delete(h, k)
+	}
+	c.aborted, c.body, c.after = true, nil, nil
+}
+
+// record returns the response as the record to keep: what was held, or,
+// for a response that streams (or is about to: streamed), its status and
+// headers with the body omitted.
+func (c *capture) record(streamed bool) *store.Record {
+	if streamed || c.streaming {
+		return &store.Record{Status: c.status, Header: c.kept, BodyOmitted: true}
+	}
+	return &store.Record{Status: c.status, Header: c.kept, Body: c.body}
 }
 
 // copyTrailers moves trailer values set in after to the wrapped writer.
@@ -201,16 +236,19 @@ func declaredTrailer(declared []string, name string) bool {
 // what http.ResponseController.Flush calls. It returns an error matching
 // http.ErrNotSupported when the wrapped writer cannot flush.
 func (c *capture) FlushError() error {
-	if c.hijacked {
+	switch {
+	case c.hijacked:
 		return http.ErrHijacked
+	case c.aborted:
+		return errAborted
 	}
 	if !canFlush(c.w) {
 		// Nothing could be flushed: keep holding the response, rather
-		// than send it before it is kept.
+		// than start a stream that cannot go out.
 		return http.ErrNotSupported
 	}
 	if !c.streaming {
-		if err := c.send(false); err != nil {
+		if err := c.startStream(); err != nil {
 			return err
 		}
 	}
@@ -262,8 +300,8 @@ func (c *capture) hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 func (c *capture) readFrom(src io.Reader) (int64, error) {
-	if c.streaming && c.overflow {
-		// Nothing more is captured: let the wrapped writer copy directly.
+	if c.streaming && !c.aborted && !c.hijacked {
+		// Nothing more is held: let the wrapped writer copy directly.
 		return c.w.(io.ReaderFrom).ReadFrom(src)
 	}
 	return io.Copy(writerOnly{c}, src)
@@ -279,6 +317,26 @@ func bodyAllowed(status int) bool {
 // The writers the handler sees: capture with the optional interfaces of
 // the writer it wraps (see newCapture). Each embeds capture by value, so that
 // the handler's writer is a single allocation.
+var (
+	_ http.ResponseWriter = (*capture)(nil)
+	_ http.Flusher        = (*captureF)(nil)
+	_ http.Hijacker       = (*captureH)(nil)
+	_ io.ReaderFrom       = (*captureR)(nil)
+	_ http.Flusher        = (*captureFH)(nil)
+	_ http.Hijacker       = (*captureFH)(nil)
+	_ http.Flusher        = (*captureFR)(nil)
+	_ io.ReaderFrom       = (*captureFR)(nil)
+	_ http.Hijacker       = (*captureHR)(nil)
+	_ io.ReaderFrom       = (*captureHR)(nil)
+	_ http.Flusher        = (*captureFHR)(nil)
+	_ http.Hijacker       = (*captureFHR)(nil)
+	_ io.ReaderFrom       = (*captureFHR)(nil)
+	_ io.StringWriter     = (*capture)(nil)
+
+	_ interface{ FlushError() error }           = (*capture)(nil)
+	_ interface{ Unwrap() http.ResponseWriter } = (*capture)(nil)
+)
+
 type (
 	captureF   struct{ capture }
 	captureH   struct{ capture }
@@ -309,7 +367,7 @@ func (c *captureFHR) ReadFrom(src io.Reader) (int64, error) { return c.readFrom(
 // capture itself, with exactly the optional interfaces (http.Flusher,
 // http.Hijacker, io.ReaderFrom) that w has, and http.Hijacker also when
 // w's Unwrap chain reaches one. Both are one allocation.
-func newCapture(w http.ResponseWriter, limit int, keep func(string) bool) (*capture, http.ResponseWriter) {
+func newCapture(w http.ResponseWriter, limit int, keep func(string) bool, owner *attempt) (*capture, http.ResponseWriter) {
 	_, f := w.(http.Flusher)
 	// A writer that reaches a Hijacker only by Unwrap can be hijacked
 	// through http.ResponseController: the capture must offer Hijack then,
@@ -344,6 +402,6 @@ func newCapture(w http.ResponseWriter, limit int, keep func(string) bool) (*capt
 		c = new(capture)
 		out = c
 	}
-	c.w, c.limit, c.keep = w, limit, keep
+	c.w, c.limit, c.keep, c.owner = w, limit, keep, owner
 	return c, out
 }

@@ -32,16 +32,22 @@ const (
 	// a panic, a hijacked connection); the key is free for a retry.
 	EventReleased
 	// EventOwnershipLost: the claim lapsed and another request took the
-	// key before this one finished; its response was not kept.
+	// key before this one finished; its response was not kept (or, from
+	// a heartbeat, will not be).
 	EventOwnershipLost
-	// EventStoreError: a store call failed. On a claim the request got 503
-	// (or ran without idempotency under WithFailOpen); on keep or release
-	// the claim is left to lapse.
+	// EventStoreError: a store call failed, or the store is full (Err
+	// matches store.ErrFull). On a claim the request got 503 (or ran
+	// without idempotency under WithFailOpen); on keep or release the claim
+	// is left to lapse; on a heartbeat the claim is extended again soon.
 	EventStoreError
+	// EventBodyUnreadable: the request body could not be read in full, or
+	// not within WithBodyTimeout (400).
+	EventBodyUnreadable
 )
 
 var eventNames = [...]string{"invalid", "first_attempt", "replay", "in_flight", "key_reused",
-	"key_missing", "key_invalid", "request_too_large", "kept", "released", "ownership_lost", "store_error"}
+	"key_missing", "key_invalid", "request_too_large", "kept", "released", "ownership_lost", "store_error",
+	"body_unreadable"}
 
 // String returns the event's name in snake case, for logs and metric labels.
 func (k EventKind) String() string {
@@ -57,8 +63,15 @@ type Event struct {
 	// KeyDigest is the hex SHA-256 of the scope and key (the one in the
 	// store key name); "" before a key was read. Never the key itself.
 	KeyDigest string
+	// Route is the pattern of the route that served the request
+	// (http.Request.Pattern, as ServeMux and chi v5.2+ set it), else what
+	// WithRouteName's function names, else "". Never the raw path.
+	Route string
 	// Status is the response status, when the event concerns a response.
 	Status int
+	// Size is the bytes of the record kept (EventKept) or replayed
+	// (EventReplay): its body, header names and values.
+	Size int
 	// StoreLatency is how long the store call behind the event took, when
 	// there was one.
 	StoreLatency time.Duration
@@ -66,33 +79,41 @@ type Event struct {
 	Err error
 }
 
-// An Observer receives every decision, on the request goroutine, with the
-// request it concerns (its context and r.Pattern are there for adapters).
+// An Observer receives every decision with the request it concerns (its
+// context is there for adapters), on the request goroutine, except for a
+// heartbeat's events (EventStoreError, EventOwnershipLost while the
+// handler runs), which come from a timer's.
 type Observer func(r *http.Request, e Event)
 
 // SlogObserver returns an Observer that logs each event to l: store errors
 // and lost ownership at Warn, refusals (409, 422, 400, 413) at Info, the
-// rest at Debug. It logs the key digest, never the key.
+// rest at Debug. It logs the key digest, never the key or the body.
 func SlogObserver(l *slog.Logger) Observer {
 	return func(r *http.Request, e Event) {
 		level := slog.LevelDebug
 		switch e.Kind {
 		case EventStoreError, EventOwnershipLost:
 			level = slog.LevelWarn
-		case EventInFlight, EventKeyReused, EventKeyMissing, EventKeyInvalid, EventRequestTooLarge:
+		case EventInFlight, EventKeyReused, EventKeyMissing, EventKeyInvalid, EventRequestTooLarge, EventBodyUnreadable:
 			level = slog.LevelInfo
 		}
 		ctx := r.Context()
 		if !l.Enabled(ctx, level) {
 			return
 		}
-		attrs := make([]slog.Attr, 0, 7)
+		attrs := make([]slog.Attr, 0, 9)
 		attrs = append(attrs, slog.String("event", e.Kind.String()), slog.String("method", r.Method), slog.String("path", r.URL.Path))
+		if e.Route != "" {
+			attrs = append(attrs, slog.String("route", e.Route))
+		}
 		if e.KeyDigest != "" {
 			attrs = append(attrs, slog.String("key_digest", e.KeyDigest))
 		}
 		if e.Status != 0 {
 			attrs = append(attrs, slog.Int("status", e.Status))
+		}
+		if e.Size != 0 {
+			attrs = append(attrs, slog.Int("size", e.Size))
 		}
 		if e.StoreLatency != 0 {
 			attrs = append(attrs, slog.Duration("store_latency", e.StoreLatency))

@@ -3,17 +3,19 @@ package middleware
 import (
 	"net/http"
 	"strings"
+
+	"github.com/idemkey/idemkey"
 )
 
-// Response headers the middleware sets.
+// Response headers the middleware sets (the names live in package idemkey).
 const (
 	// HeaderReplayed is "true" on every replayed response.
-	HeaderReplayed = "Idempotent-Replayed"
-	// HeaderBodyOmitted is "true" on a replay whose body was larger than
-	// the capture limit and was not kept.
-	HeaderBodyOmitted = "Idempotent-Body-Omitted"
-	// HeaderRequestID carries the repeat's own request id on a replay.
-	HeaderRequestID = "X-Request-Id"
+	HeaderReplayed = idemkey.HeaderReplayed
+	// HeaderBodyOmitted is "true" on a replay whose body was not kept: it
+	// was streamed, or larger than the capture limit.
+	HeaderBodyOmitted = idemkey.HeaderBodyOmitted
+	// HeaderRequestID carries the id of the request a response answers.
+	HeaderRequestID = idemkey.HeaderRequestID
 )
 
 // neverKept lists, by canonical name, the headers DefaultKeepHeader refuses:

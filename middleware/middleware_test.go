@@ -112,8 +112,36 @@ func TestUncoveredAndOptionalPassThrough(t *testing.T) {
 	}
 }
 
+// A transient 4xx says "try again later": it is released, as a 5xx is, so
+// a retry with the key runs the handler again instead of replaying the
+// refusal for 24 hours. WithKeep can keep them.
+func TestTransientClientErrorsAreReleased(t *testing.T) {
+	for _, status := range []int{http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests, http.StatusInternalServerError} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			f := newFixture(t)
+			h := &counter{status: status}
+			mw := f.mw.Required()(h)
+			for i := range 2 {
+				w := serve(mw, post("key-1", `{"amount":10}`))
+				if w.Code != status || w.Header().Get(middleware.HeaderReplayed) != "" {
+					t.Fatalf("try %d: %d, replayed %q; want %d, a run", i+1, w.Code, w.Header().Get(middleware.HeaderReplayed), status)
+				}
+			}
+			if h.runs.Load() != 2 || !f.events.has(middleware.EventReleased) {
+				t.Fatalf("handler ran %d times, events %v; want 2 runs and a release", h.runs.Load(), f.events.kinds())
+			}
+		})
+	}
+	f := newFixture(t, middleware.WithKeep(func(s int) bool { return s < 500 }))
+	h := &counter{status: http.StatusTooManyRequests}
+	serve(f.mw.Required()(h), post("k", `{}`))
+	if w := serve(f.mw.Required()(h), post("k", `{}`)); w.Header().Get(middleware.HeaderReplayed) != "true" || h.runs.Load() != 1 {
+		t.Fatalf("WithKeep keeping 429: replayed %q, runs %d", w.Header().Get(middleware.HeaderReplayed), h.runs.Load())
+	}
+}
+
 func TestFirstRunThenByteIdenticalReplay(t *testing.T) {
-	for _, status := range []int{http.StatusOK, http.StatusCreated, http.StatusFound, http.StatusBadRequest, http.StatusNotFound, http.StatusConflict} {
+	for _, status := range []int{http.StatusOK, http.StatusCreated, http.StatusFound, http.StatusBadRequest, http.StatusNotFound, http.StatusUnprocessableEntity} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
 			f := newFixture(t)
 			h := &counter{status: status}
@@ -618,11 +646,11 @@ func TestDefaults(t *testing.T) {
 	if f.mw.Covers("GET") {
 		t.Error("GET covered")
 	}
-	rt, ok := middleware.RouteOf(f.mw.Handler(http.NotFoundHandler()))
+	rt, ok := f.mw.RouteOf(f.mw.Handler(http.NotFoundHandler()))
 	if !ok || rt.Required || rt.Deadline != middleware.DefaultDeadline {
 		t.Errorf("default route %+v %v", rt, ok)
 	}
-	rt, _ = middleware.RouteOf(f.mw.Required(middleware.Deadline(time.Minute))(http.NotFoundHandler()))
+	rt, _ = f.mw.RouteOf(f.mw.Required(middleware.Deadline(time.Minute))(http.NotFoundHandler()))
 	if !rt.Required || rt.Deadline != time.Minute {
 		t.Errorf("required route %+v", rt)
 	}
@@ -680,12 +708,21 @@ func TestCustomErrorWriter(t *testing.T) {
 func TestProblemsTable(t *testing.T) {
 	want := map[string]int{
 		"idempotency_key_missing": 400, "idempotency_key_invalid": 400, "request_too_large": 413,
-		"idempotency_key_reused": 422, "conflict": 409, "unavailable": 503,
+		"request_body_unreadable": 400, "idempotency_key_reused": 422, "conflict": 409, "unavailable": 503,
 	}
 	for code, status := range want {
-		if p, ok := middleware.Problems[code]; !ok || p.Status != status || p.Code != code {
+		if p, ok := middleware.ProblemFor(code); !ok || p.Status != status || p.Code != code {
 			t.Errorf("%s: %+v", code, p)
 		}
+	}
+	if codes := middleware.ProblemCodes(); len(codes) != len(want) {
+		t.Errorf("ProblemCodes() = %v, want the %d codes of the table", codes, len(want))
+	}
+	// The table cannot be changed from outside: a copy comes back.
+	p, _ := middleware.ProblemFor(middleware.CodeConflict)
+	p.Status = 200
+	if q, _ := middleware.ProblemFor(middleware.CodeConflict); q.Status != http.StatusConflict {
+		t.Errorf("ProblemFor handed out the table's own value: status %d", q.Status)
 	}
 }
 

@@ -7,17 +7,20 @@ import (
 	"net/textproto"
 	"time"
 
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/fingerprint"
+	"github.com/idemkey/idemkey/internal/option"
 	"github.com/idemkey/idemkey/scope"
 )
 
 // Defaults. Each option's doc comment says which one it replaces.
 const (
-	DefaultHeader          = "Idempotency-Key"
+	DefaultHeader          = idemkey.Header
 	DefaultDeadline        = 30 * time.Second
 	DefaultRetention       = 24 * time.Hour
 	DefaultMaxRequestBody  = 1 << 20
 	DefaultMaxResponseBody = 1 << 20
+	DefaultBodyTimeout     = 30 * time.Second
 
 	// ClaimMargin is added to a route's deadline to give a claim's life: a
 	// request that never finishes lets go of its key this long after its
@@ -25,64 +28,68 @@ const (
 	ClaimMargin = 5 * time.Second
 )
 
-// An Option configures a Middleware. Options are applied in order by New,
-// then defaults fill what no option set; New reports invalid values.
-type Option func(*config)
+// An Option configures a Middleware. New applies options in order (a later
+// option of a kind overrides an earlier one, except WithObserver, which
+// adds), fills in the defaults of what no option set, and returns an error
+// naming every invalid value and nil option. No option panics.
+type Option func(*config) error
 
 type config struct {
 	header          string
-	methods         map[string]bool
+	covers          func(method string) bool
 	scope           scope.Func
 	fingerprint     fingerprint.Func
 	deadline        time.Duration
 	retention       time.Duration
 	maxRequestBody  int64
 	maxResponseBody int
+	bodyTimeout     time.Duration
 	storeTimeout    time.Duration
 	wait            time.Duration
 	keep            func(status int) bool
 	keepHeader      func(name string) bool
-	observer        Observer
+	observers       []Observer
+	routeName       func(*http.Request) string
 	errorWriter     ErrorWriter
 	failOpen        bool
+	noNewRequestID  bool
 	cacheSize       int
 	cacheTTL        time.Duration
 	// defaultFingerprint: fingerprint is fingerprint.Default (no
-	// WithFingerprint), a function of what rawDigest covers.
+	// WithFingerprint), whose inputs fingerprint.RawDigest covers.
 	defaultFingerprint bool
-
-	errs []error
 }
 
 // WithHeader sets the name of the request header that carries the key.
 // Default: "Idempotency-Key".
 func WithHeader(name string) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if name == "" {
-			c.errs = append(c.errs, errors.New("header name is empty"))
-			return
+			return errors.New("header name is empty")
 		}
 		c.header = textproto.CanonicalMIMEHeaderKey(name)
+		return nil
 	}
 }
 
 // WithMethods sets the request methods that are covered; requests with any
 // other method pass straight through and touch no store. Default: POST, PUT,
-// PATCH and DELETE. Safe methods (GET, HEAD, OPTIONS, TRACE) are refused.
+// PATCH and DELETE (idemkey.Mutation). Safe methods (GET, HEAD, OPTIONS,
+// TRACE) are refused.
 func WithMethods(methods ...string) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if len(methods) == 0 {
-			c.errs = append(c.errs, errors.New("no methods given"))
-			return
+			return errors.New("no methods given")
 		}
-		c.methods = make(map[string]bool, len(methods))
+		set := make(map[string]bool, len(methods))
 		for _, m := range methods {
-			switch m {
-			case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, "":
-				c.errs = append(c.errs, fmt.Errorf("method %q cannot be covered", m))
+			if m == "" || idemkey.Safe(m) {
+				return fmt.Errorf("method %q cannot be covered", m)
 			}
-			c.methods[m] = true
+			set[m] = true
 		}
+		c.covers = func(m string) bool { return set[m] }
+		return nil
 	}
 }
 
@@ -92,59 +99,86 @@ func WithMethods(methods ...string) Option {
 // scope.Anonymous. Never derive a scope from spoofable input; see package
 // scope.
 func WithScope(f scope.Func) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if f == nil {
-			c.errs = append(c.errs, errors.New("nil scope function"))
+			return errors.New("nil scope function")
 		}
 		c.scope = f
+		return nil
 	}
 }
 
 // WithFingerprint replaces the request fingerprint. Default:
 // fingerprint.Default, which covers the method, escaped path, canonical
-// query, media type and canonical body. fingerprint.New selects fields.
-// The body slice f is given is reused after the request: f must not keep it.
+// query, media type, content encoding and canonical body. fingerprint.New
+// selects fields. The body slice f is given is reused after the request: f
+// must not keep it.
 func WithFingerprint(f fingerprint.Func) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if f == nil {
-			c.errs = append(c.errs, errors.New("nil fingerprint function"))
+			return errors.New("nil fingerprint function")
 		}
 		c.fingerprint = f
+		return nil
 	}
 }
 
 // WithDeadline sets the deadline of routes that do not set their own: the
 // handler's context ends this long after the claim, and the claim lapses
-// ClaimMargin later. Default: 30 seconds.
+// ClaimMargin later (unless the store can extend it: see Windows in the
+// package documentation). Default: 30 seconds.
 func WithDeadline(d time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if d <= 0 {
-			c.errs = append(c.errs, fmt.Errorf("deadline %v is not positive", d))
+			return fmt.Errorf("deadline %v is not positive", d)
 		}
 		c.deadline = d
+		return nil
 	}
 }
 
 // WithRetention sets how long a kept response is replayed. Default: 24
 // hours.
 func WithRetention(d time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if d <= 0 {
-			c.errs = append(c.errs, fmt.Errorf("retention %v is not positive", d))
+			return fmt.Errorf("retention %v is not positive", d)
 		}
 		c.retention = d
+		return nil
 	}
 }
 
 // WithMaxRequestBody sets how many bytes of request body are read and
 // fingerprinted; a larger body is refused with 413 request_too_large before
-// any store call. Default: 1 MiB.
+// any store call. The buffer grows as bytes arrive, whatever Content-Length
+// declares. Default: 1 MiB.
 func WithMaxRequestBody(n int64) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if n <= 0 {
-			c.errs = append(c.errs, fmt.Errorf("max request body %d is not positive", n))
+			return fmt.Errorf("max request body %d is not positive", n)
 		}
 		c.maxRequestBody = n
+		return nil
+	}
+}
+
+// WithBodyTimeout bounds how long the middleware waits for a covered
+// request's body, from the moment it starts reading it: a body that has not
+// arrived in full by then is refused with 400 request_body_unreadable and
+// no store call. It sets the connection's read deadline through
+// http.ResponseController (HTTP/1 and HTTP/2 servers support it; where the
+// writer does not, only the server's own timeouts apply) and clears it once
+// the body is read. The server's ReadTimeout, when shorter, still ends the
+// read first; this bound is for servers that leave ReadTimeout unset or
+// long. Default: 30 seconds.
+func WithBodyTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("body timeout %v is not positive", d)
+		}
+		c.bodyTimeout = d
+		return nil
 	}
 }
 
@@ -152,11 +186,12 @@ func WithMaxRequestBody(n int64) Option {
 // kept. A handler that writes more switches to streaming, and its record
 // keeps the status and headers but omits the body. Default (and 0): 1 MiB.
 func WithMaxResponseBody(n int) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if n < 0 {
-			c.errs = append(c.errs, fmt.Errorf("max response body %d is negative", n))
+			return fmt.Errorf("max response body %d is negative", n)
 		}
 		c.maxResponseBody = n
+		return nil
 	}
 }
 
@@ -166,11 +201,12 @@ func WithMaxResponseBody(n int) Option {
 // WithCallTimeout, 300 ms by default), so this is for stores that do not.
 // Default: 0, the store's own budget alone.
 func WithStoreTimeout(d time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if d < 0 {
-			c.errs = append(c.errs, fmt.Errorf("store timeout %v is negative", d))
+			return fmt.Errorf("store timeout %v is negative", d)
 		}
 		c.storeTimeout = d
+		return nil
 	}
 }
 
@@ -180,61 +216,120 @@ func WithStoreTimeout(d time.Duration) Option {
 // it was released (5xx, panic), the repeat runs the handler itself. Default:
 // 0, no wait.
 func WithWait(d time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if d < 0 {
-			c.errs = append(c.errs, fmt.Errorf("wait %v is negative", d))
+			return fmt.Errorf("wait %v is negative", d)
 		}
 		c.wait = d
+		return nil
 	}
 }
 
 // WithKeep sets which response statuses are kept and replayed; a response
 // that is not kept releases the key, so a retry runs the handler again.
-// Default: 200 to 499 (successes, redirects and client errors are kept;
-// server errors are not).
+// Default: DefaultKeep.
 func WithKeep(keep func(status int) bool) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if keep == nil {
-			c.errs = append(c.errs, errors.New("nil keep function"))
+			return errors.New("nil keep function")
 		}
 		c.keep = keep
+		return nil
 	}
+}
+
+// DefaultKeep is the default of WithKeep. It keeps 2xx, 3xx and 4xx
+// responses, except the transient 408 Request Timeout, 409 Conflict, 425
+// Too Early and 429 Too Many Requests, which say "try again later" and are
+// released as 5xx responses are: keeping them would make every retry with
+// the key fail for the whole retention. This is Stripe's rule (a request
+// that fails validation is kept; one that could succeed on a retry is not),
+// with the transient client errors added.
+func DefaultKeep(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 200 && status < 500
 }
 
 // WithKeepHeader sets which response headers are kept and replayed, by
 // canonical name. Default: DefaultKeepHeader.
 func WithKeepHeader(keep func(name string) bool) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if keep == nil {
-			c.errs = append(c.errs, errors.New("nil keep-header function"))
+			return errors.New("nil keep-header function")
 		}
 		c.keepHeader = keep
+		return nil
 	}
 }
 
-// WithObserver sets the function every decision is reported to. Default:
-// none. It runs on the request goroutine: keep it fast.
+// WithObserver adds o to the observers every decision is reported to, in
+// the order they were given: give it once per observer (a log, metrics, a
+// trace). Default: none. Observers run on the request goroutine, except
+// for the events of a claim's heartbeat: keep them fast.
 func WithObserver(o Observer) Option {
-	return func(c *config) { c.observer = o }
+	return func(c *config) error {
+		if o == nil {
+			return errors.New("nil observer")
+		}
+		c.observers = append(c.observers, o)
+		return nil
+	}
+}
+
+// WithRouteName sets the function that names, for Event.Route, the route of
+// a request whose Pattern is empty (a router that does not set it, or
+// middleware that runs before the router matched). It must return a value
+// from a small fixed set (a route template, never a raw path: paths carry
+// ids, and a metric series per id grows without bound). Default: none; such
+// an event's Route is "".
+func WithRouteName(f func(*http.Request) string) Option {
+	return func(c *config) error {
+		if f == nil {
+			return errors.New("nil route name function")
+		}
+		c.routeName = f
+		return nil
+	}
 }
 
 // WithErrorWriter replaces the writer of the middleware's own error
 // responses. Default: WriteProblem, RFC 9457 problem+json.
 func WithErrorWriter(w ErrorWriter) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if w == nil {
-			c.errs = append(c.errs, errors.New("nil error writer"))
+			return errors.New("nil error writer")
 		}
 		c.errorWriter = w
+		return nil
 	}
 }
 
 // WithFailOpen makes a request whose claim fails because the store is out
 // of reach (an error matching store.ErrUnavailable) run its handler without
 // idempotency instead of answering 503. A retry of such a request may then
-// run twice. Other claim errors still answer 503. Default: off, fail closed.
+// run twice. Other claim errors (a full store included) still answer 503.
+// Default: off, fail closed.
 func WithFailOpen() Option {
-	return func(c *config) { c.failOpen = true }
+	return func(c *config) error {
+		c.failOpen = true
+		return nil
+	}
+}
+
+// WithoutNewRequestID stops the middleware from making up request ids: a
+// response it answers carries X-Request-Id only when the request came with
+// one or the service's own request-id middleware set one on the response.
+// Default: a response to a covered request with a key always carries one,
+// made up (a random UUID) when there is none; see the package
+// documentation.
+func WithoutNewRequestID() Option {
+	return func(c *config) error {
+		c.noNewRequestID = true
+		return nil
+	}
 }
 
 // WithLocalCache keeps up to size completed records in process memory for
@@ -244,32 +339,25 @@ func WithFailOpen() Option {
 // goes on being replayed from caches until their entries lapse. Default:
 // off.
 func WithLocalCache(size int, ttl time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if size <= 0 || ttl <= 0 {
-			c.errs = append(c.errs, fmt.Errorf("local cache size %d and ttl %v must be positive", size, ttl))
+			return fmt.Errorf("local cache size %d and ttl %v must be positive", size, ttl)
 		}
 		c.cacheSize, c.cacheTTL = size, ttl
+		return nil
 	}
 }
 
-func defaultKeep(status int) bool { return status >= 200 && status < 500 }
-
 func newConfig(opts []Option) (*config, error) {
 	c := &config{}
-	for _, o := range opts {
-		if o == nil {
-			return nil, errors.New("idemkey: middleware: nil option")
-		}
-		o(c)
-	}
-	if len(c.errs) > 0 {
-		return nil, fmt.Errorf("idemkey: middleware: %w", errors.Join(c.errs...))
+	if err := option.Apply("idemkey: middleware", c, opts); err != nil {
+		return nil, err
 	}
 	if c.header == "" {
 		c.header = DefaultHeader
 	}
-	if c.methods == nil {
-		c.methods = map[string]bool{http.MethodPost: true, http.MethodPut: true, http.MethodPatch: true, http.MethodDelete: true}
+	if c.covers == nil {
+		c.covers = idemkey.Mutation
 	}
 	if c.scope == nil {
 		c.scope = scope.Principal
@@ -290,8 +378,11 @@ func newConfig(opts []Option) (*config, error) {
 	if c.maxResponseBody == 0 {
 		c.maxResponseBody = DefaultMaxResponseBody
 	}
+	if c.bodyTimeout == 0 {
+		c.bodyTimeout = DefaultBodyTimeout
+	}
 	if c.keep == nil {
-		c.keep = defaultKeep
+		c.keep = DefaultKeep
 	}
 	if c.keepHeader == nil {
 		c.keepHeader = DefaultKeepHeader

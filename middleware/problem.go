@@ -2,8 +2,13 @@ package middleware
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
+
+	"github.com/idemkey/idemkey"
 )
 
 // Problem is an error response the middleware writes itself, as an RFC 9457
@@ -34,17 +39,29 @@ const (
 // ProblemTypePrefix starts the type URI of every problem; the code follows.
 const ProblemTypePrefix = "urn:idemkey:problem:"
 
-// Problems lists every problem the middleware can answer with, keyed by
-// code (RetryAfter is filled per response). The table is what OpenAPI
-// output and documentation describe.
-var Problems = map[string]Problem{
+// problems lists every problem the middleware can answer with, keyed by
+// code (RetryAfter is filled per response).
+var problems = map[string]Problem{
 	CodeKeyMissing:      newProblem(CodeKeyMissing, http.StatusBadRequest, "Idempotency key missing", "This operation requires an idempotency key header."),
-	CodeKeyInvalid:      newProblem(CodeKeyInvalid, http.StatusBadRequest, "Idempotency key invalid", "The idempotency key must be sent once, as 1 to 255 printable ASCII characters, bare or as a quoted string."),
+	CodeKeyInvalid:      newProblem(CodeKeyInvalid, http.StatusBadRequest, "Idempotency key invalid", fmt.Sprintf("The idempotency key must be sent once, as 1 to %d printable ASCII characters, bare (without commas or double quotes) or as a quoted string.", idemkey.MaxKeyLength)),
 	CodeRequestTooLarge: newProblem(CodeRequestTooLarge, http.StatusRequestEntityTooLarge, "Request too large", "The request body is larger than this operation accepts."),
 	CodeBodyUnreadable:  newProblem(CodeBodyUnreadable, http.StatusBadRequest, "Request body unreadable", "The request body could not be read in full."),
 	CodeKeyReused:       newProblem(CodeKeyReused, http.StatusUnprocessableEntity, "Idempotency key reused", "This idempotency key was already used with a different request."),
 	CodeConflict:        newProblem(CodeConflict, http.StatusConflict, "Request in progress", "A request with this idempotency key is still being processed; retry after the delay in Retry-After."),
 	CodeUnavailable:     newProblem(CodeUnavailable, http.StatusServiceUnavailable, "Idempotency store unavailable", "The request was not processed because its idempotency key could not be recorded; retry after the delay in Retry-After."),
+}
+
+// ProblemFor returns the problem the middleware answers with code, and
+// whether there is one. OpenAPI output and documentation describe them.
+func ProblemFor(code string) (Problem, bool) {
+	p, ok := problems[code]
+	return p, ok
+}
+
+// ProblemCodes returns the codes of every problem the middleware can answer
+// with, sorted.
+func ProblemCodes() []string {
+	return slices.Sorted(maps.Keys(problems))
 }
 
 func newProblem(code string, status int, title, detail string) Problem {
@@ -56,8 +73,8 @@ type ErrorWriter func(w http.ResponseWriter, r *http.Request, p Problem)
 
 // problemBodies holds each default problem encoded once.
 var problemBodies = func() map[string][]byte {
-	m := make(map[string][]byte, len(Problems))
-	for code, p := range Problems {
+	m := make(map[string][]byte, len(problems))
+	for code, p := range problems {
 		b, err := json.Marshal(p)
 		if err != nil {
 			panic(err)
@@ -71,7 +88,7 @@ var problemBodies = func() map[string][]byte {
 // Retry-After when p.RetryAfter is positive and Cache-Control: no-store.
 func WriteProblem(w http.ResponseWriter, _ *http.Request, p Problem) {
 	body, ok := problemBodies[p.Code]
-	if !ok || Problems[p.Code] != withoutRetry(p) {
+	if !ok || problems[p.Code] != withoutRetry(p) {
 		var err error
 		if body, err = json.Marshal(p); err != nil {
 			http.Error(w, http.StatusText(p.Status), p.Status)

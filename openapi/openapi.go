@@ -34,9 +34,9 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/middleware"
 )
 
@@ -45,7 +45,7 @@ const Version = "3.1.0"
 
 // MaxKeyLength is the longest key the middleware accepts, in characters,
 // after unquoting; the header parameter's schema says so.
-const MaxKeyLength = 255
+const MaxKeyLength = idemkey.MaxKeyLength
 
 // Endpoint is one route of a service as its router knows it.
 type Endpoint struct {
@@ -99,9 +99,9 @@ type Operation struct {
 //
 // A middleware in Endpoint.Middlewares is recognised by applying it to a
 // placeholder handler that is never served; it must not have side effects
-// when applied. middleware.RouteOf does not say which Middleware made a
-// handler, so a service with two Middlewares (different headers or
-// methods) describes each one's routes with its own call.
+// when applied. Only m's own routes are described: a service with two
+// Middlewares (different headers or methods) describes each one's routes
+// with its own call.
 func Operations(m *middleware.Middleware, eps []Endpoint) ([]Operation, error) {
 	if m == nil {
 		return nil, errors.New("idemkey: openapi: nil middleware")
@@ -112,7 +112,7 @@ func Operations(m *middleware.Middleware, eps []Endpoint) ([]Operation, error) {
 		if ep.Method == "" || ep.Pattern == "" {
 			return nil, fmt.Errorf("idemkey: openapi: endpoint %q %q needs a method and a pattern", ep.Method, ep.Pattern)
 		}
-		route, n := routeOf(ep)
+		route, n := routeOf(m, ep)
 		if n > 1 {
 			return nil, fmt.Errorf("idemkey: openapi: %s %s is wrapped by the idempotency middleware %d times", ep.Method, ep.Pattern, n)
 		}
@@ -136,20 +136,20 @@ var placeholder = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 
 // routeOf finds the idempotency configuration of an endpoint and counts how
 // many idempotency layers wrap it.
-func routeOf(ep Endpoint) (middleware.Route, int) {
+func routeOf(m *middleware.Middleware, ep Endpoint) (middleware.Route, int) {
 	var route middleware.Route
 	n := 0
 	for _, mw := range ep.Middlewares {
 		if mw == nil {
 			continue
 		}
-		if r, ok := middleware.RouteOf(mw(placeholder)); ok {
+		if r, ok := m.RouteOf(mw(placeholder)); ok {
 			route = r
 			n++
 		}
 	}
 	if ep.Handler != nil {
-		if r, ok := middleware.RouteOf(ep.Handler); ok {
+		if r, ok := m.RouteOf(ep.Handler); ok {
 			route = r
 			n++
 		}
@@ -388,7 +388,7 @@ func build(header string, ops []Operation, c config) *Document {
 
 	keySchema := map[string]any{"type": "string", "minLength": 1, "maxLength": MaxKeyLength}
 	keyDoc := "A key the client makes for one logical request (a UUID, for example) and sends again with every retry of it: 1 to " +
-		fmt.Sprint(MaxKeyLength) + " printable ASCII characters, bare or as a quoted string. The first request with a key runs; " +
+		fmt.Sprint(MaxKeyLength) + " printable ASCII characters, bare (without commas or double quotes) or as a quoted string. The first request with a key runs; " +
 		"a retry with the same request gets the first response again, with Idempotent-Replayed: true. Keys are kept per caller for the retention window."
 	if required {
 		comp.Parameters[KeyParameter] = &Parameter{Name: header, In: "header", Required: true, Description: keyDoc, Schema: keySchema}
@@ -403,11 +403,11 @@ func build(header string, ops []Operation, c config) *Document {
 		Schema:      map[string]any{"type": "string", "enum": []string{"true"}},
 	}
 	comp.Headers[BodyOmittedHeader] = &Header{
-		Description: `"true" on a replay whose body was too large to keep: the status and headers are the first response's, the body is empty.`,
+		Description: `"true" on a replay whose body was not kept (it was streamed, or too large to keep): the status and headers are the first response's, the body is empty.`,
 		Schema:      map[string]any{"type": "string", "enum": []string{"true"}},
 	}
 	comp.Headers[RetryAfterHeader] = &Header{
-		Description: "Seconds to wait before retrying with the same key.",
+		Description: "Seconds to wait before retrying with the same key: on 409, a hint of when the first request is likely done.",
 		Schema:      map[string]any{"type": "integer", "minimum": 1},
 	}
 	comp.Responses[SuccessResponse] = &Response{
@@ -419,11 +419,7 @@ func build(header string, ops []Operation, c config) *Document {
 		},
 	}
 
-	var codes []string
-	for code := range middleware.Problems {
-		codes = append(codes, code)
-	}
-	sort.Strings(codes)
+	codes := middleware.ProblemCodes()
 	comp.Schemas[ProblemSchema] = map[string]any{
 		"type":        "object",
 		"description": "An error the idempotency layer answers with itself (RFC 9457 problem details).",
@@ -440,7 +436,7 @@ func build(header string, ops []Operation, c config) *Document {
 		var cs []string
 		examples := map[string]Example{}
 		for _, code := range codes {
-			p := middleware.Problems[code]
+			p, _ := middleware.ProblemFor(code)
 			if p.Status != status || code == without {
 				continue
 			}

@@ -1,0 +1,158 @@
+package middleware
+
+import (
+	"crypto/rand"
+	"net/http"
+	"strconv"
+
+	"github.com/google/uuid"
+
+	"github.com/idemkey/idemkey/store"
+)
+
+// cached answers a request whose key's kept response is in the local
+// cache, as completed does. With the default fingerprint, a repeat whose
+// raw digest equals one already found to match the record has the same
+// fingerprint, so the fingerprint (which canonicalises the body and costs
+// several times the digest) is computed only for a repeat whose bytes
+// differ from those seen before.
+func (m *Middleware) cached(w http.ResponseWriter, r *http.Request, skey string, rec *store.Record, raw [32]byte, hasRaw bool, body []byte, ev Event) {
+	if !m.cfg.defaultFingerprint {
+		m.completed(w, r, rec, m.cfg.fingerprint(r, body), ev)
+		return
+	}
+	d := rawDigest(r, body)
+	if hasRaw && d == raw {
+		m.replay(w, r, rec, ev)
+		return
+	}
+	fp := m.cfg.fingerprint(r, body)
+	if fp == rec.Fingerprint {
+		m.cache.learn(skey, rec, d)
+	}
+	m.completed(w, r, rec, fp, ev)
+}
+
+// completed answers a request whose key holds a kept response: the replay
+// when the fingerprints match, 422 when they do not.
+func (m *Middleware) completed(w http.ResponseWriter, r *http.Request, rec *store.Record, fp [32]byte, ev Event) {
+	if rec.Fingerprint != fp {
+		ev.Kind = EventKeyReused
+		m.refuse(w, r, ev, CodeKeyReused, 0)
+		return
+	}
+	m.replay(w, r, rec, ev)
+}
+
+// replay writes a kept response, under the repeat's own request id.
+func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, rec *store.Record, ev Event) {
+	ev.Kind, ev.Status, ev.Size = EventReplay, rec.Status, recordSize(rec)
+	m.emit(r, ev)
+	// The repeat's own id, read before the kept headers are copied in.
+	id := m.requestID(w, r)
+	h := w.Header()
+	n := 0
+	for _, v := range rec.Header {
+		n += len(v)
+	}
+	// One array holds the kept values and the four the replay may add.
+	values := make([]string, n+4)
+	for k, v := range rec.Header {
+		n := copy(values, v)
+		h[k] = values[:n:n]
+		values = values[n:]
+	}
+	// set is h.Set for a canonical name, with the value slot taken from
+	// values.
+	set := func(name, v string) {
+		values[0] = v
+		h[name] = values[:1:1]
+		values = values[1:]
+	}
+	set(HeaderReplayed, "true")
+	if id != "" {
+		set(HeaderRequestID, id)
+	}
+	if rec.BodyOmitted {
+		set(HeaderBodyOmitted, "true")
+	}
+	if bodyAllowed(rec.Status) {
+		set("Content-Length", strconv.Itoa(len(rec.Body)))
+	}
+	w.WriteHeader(rec.Status)
+	if len(rec.Body) > 0 && bodyAllowed(rec.Status) {
+		w.Write(rec.Body)
+	}
+}
+
+// recordSize is the bytes a record keeps: its body, and its headers' names
+// and values.
+func recordSize(rec *store.Record) int {
+	n := len(rec.Body)
+	for k, vs := range rec.Header {
+		n += len(k)
+		for _, v := range vs {
+			n += len(v)
+		}
+	}
+	return n
+}
+
+// setRequestID gives the response to r its request id (see requestID),
+// unless it has one already. slot, when not nil, is where the value slice
+// lives, so that setting it allocates nothing.
+func (m *Middleware) setRequestID(w http.ResponseWriter, r *http.Request, slot *[1]string) {
+	h := w.Header()
+	if len(h[HeaderRequestID]) > 0 {
+		return
+	}
+	id := m.requestID(w, r)
+	if id == "" {
+		return
+	}
+	if slot == nil {
+		slot = new([1]string)
+	}
+	slot[0] = id
+	h[HeaderRequestID] = slot[:]
+}
+
+// requestID returns the id of the request a response answers: the one the
+// service's request-id middleware already set on the response, else the
+// request's own X-Request-Id when it is 1 to 200 visible ASCII characters,
+// else a new random UUID (or "" under WithoutNewRequestID).
+func (m *Middleware) requestID(w http.ResponseWriter, r *http.Request) string {
+	if v := w.Header()[HeaderRequestID]; len(v) > 0 && v[0] != "" {
+		return v[0]
+	}
+	if id := r.Header.Get(HeaderRequestID); saneRequestID(id) {
+		return id
+	}
+	if m.cfg.noNewRequestID {
+		return ""
+	}
+	return newRequestID()
+}
+
+func saneRequestID(id string) bool {
+	if id == "" || len(id) > 200 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// newRequestID returns a random (version 4) UUID, as uuid.NewString does,
+// in one allocation instead of two.
+func newRequestID() string {
+	var u uuid.UUID
+	// crypto/rand.Read never fails: it crashes the program instead.
+	rand.Read(u[:])
+	u[6] = (u[6] & 0x0f) | 0x40 // version 4
+	u[8] = (u[8] & 0x3f) | 0x80 // variant 10
+	return u.String()
+}
