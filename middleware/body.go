@@ -26,13 +26,20 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, buf *bodyB
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return nil, nil
 	}
+	var rc *http.ResponseController
 	if d := m.bodyTimeout(r); d > 0 {
-		rc := http.NewResponseController(w)
-		if rc.SetReadDeadline(time.Now().Add(d)) == nil {
-			defer rc.SetReadDeadline(time.Time{})
+		rc = http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(d)) != nil {
+			rc = nil
 		}
 	}
 	b, err := readInto(r.Body, buf.b[:0], limit)
+	if rc != nil && err == nil {
+		// Read in full: lift the bound. After a failed read it stays, so
+		// that the server's own attempt to drain the rest of the body
+		// ends at once too (and the connection is closed).
+		rc.SetReadDeadline(time.Time{})
+	}
 	if cap(b) <= maxPooledBody {
 		buf.b = b[:0] // keep what append grew, for the next request
 	} else {
