@@ -1,16 +1,19 @@
 package middleware_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/scope"
+	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/memory"
 )
 
@@ -121,4 +124,57 @@ func ExampleKeyFromContext() {
 	h.ServeHTTP(httptest.NewRecorder(), r)
 	// Output:
 	// anonymous t-1 64
+}
+
+// A repeat that arrives while the first request still runs waits for its
+// answer instead of getting 409.
+func ExampleWithWait() {
+	st, err := memory.New()
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close()
+	idem, err := middleware.New(st, middleware.WithWait(5*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	started, proceed := make(chan struct{}), make(chan struct{})
+	h := demoAuth(idem.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-proceed // a slow transfer
+		w.WriteHeader(http.StatusCreated)
+	})))
+	go func() {
+		r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":10}`))
+		r.Header.Set("Authorization", "Bearer alice")
+		r.Header.Set("Idempotency-Key", "t-1")
+		h.ServeHTTP(httptest.NewRecorder(), r) // the first request
+	}()
+	<-started
+	time.AfterFunc(50*time.Millisecond, func() { close(proceed) })
+	send(h, "t-1", `{"amount":10}`) // waits, then replays
+	// Output:
+	// 201 replayed="true"
+}
+
+// unreachable stands for a store that cannot be reached.
+type unreachable struct{ store.Store }
+
+func (unreachable) Claim(context.Context, string, store.Claim) (store.Result, error) {
+	return store.Result{}, store.ErrUnavailable
+}
+
+func (unreachable) Release(context.Context, string, string) error { return store.ErrUnavailable }
+
+// By default a request whose key cannot be claimed is refused with 503 and
+// its handler does not run; WithFailOpen runs it without idempotency.
+func ExampleWithFailOpen() {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
+	closed, _ := middleware.New(unreachable{})
+	open, _ := middleware.New(unreachable{}, middleware.WithFailOpen())
+	send(closed.Required()(handler), "k-1", `{}`)
+	send(open.Required()(handler), "k-1", `{}`)
+	// Output:
+	// 503 replayed="" unavailable
+	// 201 replayed=""
 }

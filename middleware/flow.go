@@ -306,7 +306,7 @@ func (a *attempt) keep(rec *store.Record) bool {
 	switch {
 	case err == nil:
 		a.end()
-		if m.cache != nil && !rec.BodyOmitted {
+		if m.cache != nil {
 			m.cache.put(a.skey, rec, m.cfg.retention)
 		}
 		ev.Size = recordSize(rec)
