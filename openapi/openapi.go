@@ -22,6 +22,11 @@
 // prefix, so that they do not collide with the service's own on merging.
 // Only components some operation uses are included.
 //
+// A document describes the routes of one Middleware, under its header
+// name: a service with two Middlewares (different headers or methods)
+// builds one document per Middleware, and each leaves out the routes the
+// other made.
+//
 // Routes reach New as Endpoints: from a chi router, through package
 // openapi/chiwalk; from an http.ServeMux, as a list built with FromServeMux
 // next to the mux.Handle calls. Build the document once, after every route

@@ -422,3 +422,60 @@ func TestFromServeMux(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoMiddlewares: a service with two Middlewares (different headers)
+// on one ServeMux describes each one's routes with its own call: each
+// Operations lists exactly the routes its Middleware made, however they are
+// attached, and each document names its own header.
+func TestTwoMiddlewares(t *testing.T) {
+	a := newMiddleware(t)
+	b := newMiddleware(t, middleware.WithHeader("X-Partner-Key"))
+	eps := []openapi.Endpoint{
+		openapi.FromServeMux("POST /payments", a.Required()(ok)),
+		openapi.FromServeMux("PUT /profile", a.Optional()(ok)),
+		openapi.FromServeMux("POST /partner/orders", b.Required()(ok)),
+		openapi.FromServeMux("PATCH /partner/orders/{id}", b.Optional()(ok)),
+		{Method: "DELETE", Pattern: "/partner/orders/{id}", Handler: ok, Middlewares: []func(http.Handler) http.Handler{passThrough, b.Handler}},
+		{Method: "DELETE", Pattern: "/payments/{id}", Handler: ok, Middlewares: []func(http.Handler) http.Handler{a.Required(), passThrough}},
+		openapi.FromServeMux("POST /webhooks", ok),
+	}
+	for _, c := range []struct {
+		name   string
+		m      *middleware.Middleware
+		header string
+		ops    []string
+	}{
+		{"a", a, "Idempotency-Key", []string{
+			"POST /payments required 30s",
+			"PUT /profile optional 30s",
+			"DELETE /payments/{id} required 30s",
+		}},
+		{"b", b, "X-Partner-Key", []string{
+			"POST /partner/orders required 30s",
+			"PATCH /partner/orders/{id} optional 30s",
+			"DELETE /partner/orders/{id} optional 30s",
+		}},
+	} {
+		ops, err := openapi.Operations(c.m, eps)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := opList(ops); !slices.Equal(got, c.ops) {
+			t.Errorf("%s: operations:\n got %q\nwant %q", c.name, got, c.ops)
+		}
+		doc, err := openapi.New(c.m, eps)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		j, _ := json.Marshal(doc)
+		m := validDocument(t, j)
+		if got := len(docOps(t, m)); got != len(c.ops) {
+			t.Errorf("%s: the document has %d operations, want %d", c.name, got, len(c.ops))
+		}
+		for _, p := range []string{"IdempotencyKey", "IdempotencyKeyOptional"} {
+			if name, _ := lookupPath(m, "components", "parameters", p, "name"); name != c.header {
+				t.Errorf("%s: %s names header %v, want %s", c.name, p, name, c.header)
+			}
+		}
+	}
+}
