@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -260,7 +263,11 @@ func TestProblemsMatchTheirSchemas(t *testing.T) {
 	validDocument(t, b)
 
 	send := func(key, body string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest("POST", "/x", strings.NewReader(body))
+		var rd io.Reader = strings.NewReader(body)
+		if body == "broken" {
+			rd = io.MultiReader(strings.NewReader("{"), iotest.ErrReader(errors.New("connection reset")))
+		}
+		r := httptest.NewRequest("POST", "/x", rd)
 		if key != "" {
 			r.Header.Add("Idempotency-Key", key)
 		}
@@ -276,6 +283,7 @@ func TestProblemsMatchTheirSchemas(t *testing.T) {
 	add(send("", "{}"))
 	add(send("twice", "{}"))
 	add(send("big", strings.Repeat("x", 17)))
+	add(send("cut", "broken"))
 	add(send("down", "{}"))
 	send("k", "{}")
 	add(send("k", "[]"))
@@ -319,8 +327,14 @@ func TestProblemsMatchTheirSchemas(t *testing.T) {
 			}
 		}
 	}
-	if len(bodies[400]) != 2 {
-		t.Errorf("%d 400 responses, want 2 (missing, invalid)", len(bodies[400]))
+	var codes400 []string
+	for _, w := range bodies[400] {
+		var p struct{ Code string }
+		json.Unmarshal(w.Body.Bytes(), &p)
+		codes400 = append(codes400, p.Code)
+	}
+	if want := []string{"idempotency_key_missing", "idempotency_key_invalid", "request_body_unreadable"}; !slices.Equal(codes400, want) {
+		t.Errorf("400 responses %q, want %q", codes400, want)
 	}
 }
 
@@ -388,6 +402,52 @@ func TestServeHTTP(t *testing.T) {
 	validDocument(t, w.Body.Bytes())
 }
 
+// TestRetryAfterHint: the 409 response's Retry-After is described as a
+// hint, which a retry may find too early.
+func TestRetryAfterHint(t *testing.T) {
+	idem := newMiddleware(t)
+	doc, err := openapi.New(idem, serveMuxEndpoints(idem))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(doc)
+	m := validDocument(t, b)
+	ref, _ := lookupPath(m, "components", "responses", "IdempotencyConflict", "headers", "Retry-After", "$ref")
+	r, _ := ref.(string)
+	h, found := lookupPath(m, strings.Split(strings.TrimPrefix(r, "#/"), "/")...)
+	if !found {
+		t.Fatalf("409 Retry-After refers to %q, not found", ref)
+	}
+	desc, _ := h.(map[string]any)["description"].(string)
+	if !strings.Contains(desc, "On 409 it is a hint") || !strings.Contains(desc, "gets 409 again") {
+		t.Errorf("Retry-After description %q does not call the 409 value a hint", desc)
+	}
+	conflict, _ := lookupPath(m, "components", "responses", "IdempotencyConflict", "description")
+	if s, _ := conflict.(string); !strings.Contains(s, "Retry-After hint") {
+		t.Errorf("409 description %q", s)
+	}
+}
+
+// TestDefaultInfo: without WithInfo the info object is DefaultTitle and
+// DefaultVersion.
+func TestDefaultInfo(t *testing.T) {
+	idem := newMiddleware(t)
+	doc, err := openapi.New(idem, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Info.Title != "Idempotency" || doc.Info.Version != "1" || openapi.DefaultTitle != "Idempotency" || openapi.DefaultVersion != "1" {
+		t.Errorf("default info %+v", doc.Info)
+	}
+	doc, err = openapi.New(idem, nil, openapi.WithInfo("a", "1"), openapi.WithInfo("payments", "2.0.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Info.Title != "payments" || doc.Info.Version != "2.0.0" {
+		t.Errorf("info %+v, want the later WithInfo's", doc.Info)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	idem := newMiddleware(t)
 	for name, eps := range map[string][]openapi.Endpoint{
@@ -405,6 +465,20 @@ func TestErrors(t *testing.T) {
 	}
 	if _, err := openapi.New(idem, nil, openapi.WithInfo("", "1")); err == nil {
 		t.Error("empty title: no error")
+	}
+	if _, err := openapi.New(idem, nil, openapi.WithInfo("x", "")); err == nil {
+		t.Error("empty version: no error")
+	}
+	// Every problem at once: an invalid option, a nil option, a bad
+	// endpoint.
+	_, err := openapi.New(idem, []openapi.Endpoint{openapi.FromServeMux("/payments", idem.Required()(ok))}, openapi.WithInfo("", ""), nil)
+	if err == nil {
+		t.Fatal("invalid options and endpoint: no error")
+	}
+	for _, want := range []string{"idemkey: openapi: info title", "idemkey: openapi: option 2 is nil", "needs a method"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not report %q", err, want)
+		}
 	}
 }
 
