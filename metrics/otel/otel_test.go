@@ -49,7 +49,7 @@ func (p *recorder) Meter(name string, _ ...metric.MeterOption) metric.Meter {
 func (p *recorder) add(name string, set attribute.Set, v float64) {
 	var kv []string
 	for _, a := range set.ToSlice() {
-		kv = append(kv, fmt.Sprintf("%s=%s", a.Key, a.Value.Emit()))
+		kv = append(kv, fmt.Sprintf("%s=%s", a.Key, a.Value.String()))
 	}
 	k := name + "{" + strings.Join(kv, ",") + "}"
 	p.mu.Lock()
