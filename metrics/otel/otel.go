@@ -36,10 +36,10 @@
 // never the key). The middleware must run inside the tracing middleware for
 // the span to be there.
 //
-// http.route is the event's Route (the request's Pattern), or "unknown"
-// when it is empty; never the raw path. See package metrics/prom for where
-// chi and http.ServeMux set the Pattern; name the routes of a router that
-// leaves it empty with middleware.WithRouteName.
+// http.route is the event's Route (the request's Pattern, else the name
+// middleware.WithRouteName gives it), or "unknown" when it is empty; never
+// the raw path. See package metrics/prom for where chi and http.ServeMux
+// set the Pattern.
 package otel
 
 import (

@@ -34,9 +34,10 @@
 // the route ("POST /payments"); chi v5.2 and later set it once the router
 // has matched ("/payments/{id}" for middleware on the route, "/api/*" for
 // middleware in a mounted sub-router's Use), but middleware in the root
-// router's Use runs before any match. With chi, put the middleware on the
-// route: r.With(idem.Required()).Post(...). For a router that leaves the
-// Pattern empty, name its routes with middleware.WithRouteName. The label
+// router's Use runs before any match and counts as "unknown". With chi, put
+// the middleware on the route: r.With(idem.Required()).Post(...). Where the
+// Pattern is empty (a router that does not set it, middleware that runs
+// before the match), middleware.WithRouteName names the route. The label
 // is never the raw path: paths carry ids, and a series per id would grow
 // without bound.
 package prom
