@@ -12,15 +12,22 @@
 //     Idempotent-Body-Omitted headers, to merge into the operation's own
 //     success responses;
 //   - the 400, 409, 413, 422 and 503 application/problem+json responses the
-//     middleware writes itself, each listing its code values (400
+//     middleware writes itself, each listing its code values (400:
+//     idempotency_key_invalid, request_body_unreadable, and
 //     idempotency_key_missing only where the key is required), with
-//     Retry-After on 409 and 503;
+//     Retry-After on 409 (a hint of when the first request is likely done)
+//     and 503;
 //   - the path parameters of the route's template, as strings.
 //
 // The components those refer to (parameters, headers, responses and the
 // IdempotencyProblem schema) are named with an Idempotency or Idempotent
 // prefix, so that they do not collide with the service's own on merging.
 // Only components some operation uses are included.
+//
+// A document describes the routes of one Middleware, under its header
+// name: a service with two Middlewares (different headers or methods)
+// builds one document per Middleware, and each leaves out the routes the
+// other made.
 //
 // Routes reach New as Endpoints: from a chi router, through package
 // openapi/chiwalk; from an http.ServeMux, as a list built with FromServeMux
@@ -37,6 +44,7 @@ import (
 	"strings"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/option"
 	"github.com/idemkey/idemkey/middleware"
 )
 
@@ -200,36 +208,44 @@ func pathTemplate(pattern string) (string, []string) {
 	return b.String(), params
 }
 
-// An Option configures New.
-type Option func(*config)
+// Defaults of the document's info object; WithInfo replaces them.
+const (
+	DefaultTitle   = "Idempotency"
+	DefaultVersion = "1"
+)
+
+// An Option configures New. New applies options in order (a later option
+// of a kind overrides an earlier one) and returns an error naming every
+// invalid value and nil option. No option panics.
+type Option func(*config) error
 
 type config struct {
 	title, version string
 }
 
-// WithInfo sets the document's info title and version. Default: title
-// "Idempotency", version "1". A service that merges only the paths and
-// components into its own document can leave them.
+// WithInfo sets the document's info title and version, both non-empty.
+// Default: DefaultTitle ("Idempotency") and DefaultVersion ("1"). A service
+// that merges only the paths and components into its own document can
+// leave them.
 func WithInfo(title, version string) Option {
-	return func(c *config) { c.title, c.version = title, version }
+	return func(c *config) error {
+		if title == "" || version == "" {
+			return fmt.Errorf("info title %q or version %q is empty", title, version)
+		}
+		c.title, c.version = title, version
+		return nil
+	}
 }
 
 // New returns the OpenAPI 3.1 fragment for the endpoints m covers; see
-// Operations for the endpoints it picks and the errors it returns.
+// Operations for the endpoints it picks and the errors it returns. It also
+// reports every invalid option value and nil option.
 func New(m *middleware.Middleware, eps []Endpoint, opts ...Option) (*Document, error) {
-	ops, err := Operations(m, eps)
-	if err != nil {
+	c := config{title: DefaultTitle, version: DefaultVersion}
+	err := option.Apply("idemkey: openapi", &c, opts)
+	ops, opsErr := Operations(m, eps)
+	if err := errors.Join(err, opsErr); err != nil {
 		return nil, err
-	}
-	c := config{title: "Idempotency", version: "1"}
-	for _, o := range opts {
-		if o == nil {
-			return nil, errors.New("idemkey: openapi: nil option")
-		}
-		o(&c)
-	}
-	if c.title == "" || c.version == "" {
-		return nil, errors.New("idemkey: openapi: empty info title or version")
 	}
 	return build(m.HeaderName(), ops, c), nil
 }
@@ -407,8 +423,10 @@ func build(header string, ops []Operation, c config) *Document {
 		Schema:      map[string]any{"type": "string", "enum": []string{"true"}},
 	}
 	comp.Headers[RetryAfterHeader] = &Header{
-		Description: "Seconds to wait before retrying with the same key: on 409, a hint of when the first request is likely done.",
-		Schema:      map[string]any{"type": "integer", "minimum": 1},
+		Description: "Seconds to wait before retrying with the same key, at least 1. On 409 it is a hint, not a promise: when the first request " +
+			"is likely done, from the route's recent first runs less the time this one has already run, never past its claim's life; a retry " +
+			"that still finds it running gets 409 again. On 503, when to try the idempotency store again.",
+		Schema: map[string]any{"type": "integer", "minimum": 1},
 	}
 	comp.Responses[SuccessResponse] = &Response{
 		Description: "The operation's response. A retry with the same key and request gets the same status, headers and body, " +
@@ -470,7 +488,7 @@ func build(header string, ops []Operation, c config) *Document {
 		comp.Responses[BadRequestOptResponse] = problem(http.StatusBadRequest, middleware.CodeKeyMissing, false, badRequest)
 	}
 	comp.Responses[ConflictResponse] = problem(http.StatusConflict, "", true,
-		"A request with this key is still running. Retry with the same key after Retry-After seconds to get its response.")
+		"A request with this key is still running. Retry with the same key after the Retry-After hint to get its response; a retry while it still runs gets 409 again.")
 	comp.Responses[TooLargeResponse] = problem(http.StatusRequestEntityTooLarge, "", false,
 		"The request body is larger than the idempotency layer reads. The request did not run.")
 	comp.Responses[KeyReusedResponse] = problem(http.StatusUnprocessableEntity, "", false,

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -260,7 +263,11 @@ func TestProblemsMatchTheirSchemas(t *testing.T) {
 	validDocument(t, b)
 
 	send := func(key, body string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest("POST", "/x", strings.NewReader(body))
+		var rd io.Reader = strings.NewReader(body)
+		if body == "broken" {
+			rd = io.MultiReader(strings.NewReader("{"), iotest.ErrReader(errors.New("connection reset")))
+		}
+		r := httptest.NewRequest("POST", "/x", rd)
 		if key != "" {
 			r.Header.Add("Idempotency-Key", key)
 		}
@@ -276,6 +283,7 @@ func TestProblemsMatchTheirSchemas(t *testing.T) {
 	add(send("", "{}"))
 	add(send("twice", "{}"))
 	add(send("big", strings.Repeat("x", 17)))
+	add(send("cut", "broken"))
 	add(send("down", "{}"))
 	send("k", "{}")
 	add(send("k", "[]"))
@@ -319,8 +327,14 @@ func TestProblemsMatchTheirSchemas(t *testing.T) {
 			}
 		}
 	}
-	if len(bodies[400]) != 2 {
-		t.Errorf("%d 400 responses, want 2 (missing, invalid)", len(bodies[400]))
+	var codes400 []string
+	for _, w := range bodies[400] {
+		var p struct{ Code string }
+		json.Unmarshal(w.Body.Bytes(), &p)
+		codes400 = append(codes400, p.Code)
+	}
+	if want := []string{"idempotency_key_missing", "idempotency_key_invalid", "request_body_unreadable"}; !slices.Equal(codes400, want) {
+		t.Errorf("400 responses %q, want %q", codes400, want)
 	}
 }
 
@@ -388,6 +402,52 @@ func TestServeHTTP(t *testing.T) {
 	validDocument(t, w.Body.Bytes())
 }
 
+// TestRetryAfterHint: the 409 response's Retry-After is described as a
+// hint, which a retry may find too early.
+func TestRetryAfterHint(t *testing.T) {
+	idem := newMiddleware(t)
+	doc, err := openapi.New(idem, serveMuxEndpoints(idem))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(doc)
+	m := validDocument(t, b)
+	ref, _ := lookupPath(m, "components", "responses", "IdempotencyConflict", "headers", "Retry-After", "$ref")
+	r, _ := ref.(string)
+	h, found := lookupPath(m, strings.Split(strings.TrimPrefix(r, "#/"), "/")...)
+	if !found {
+		t.Fatalf("409 Retry-After refers to %q, not found", ref)
+	}
+	desc, _ := h.(map[string]any)["description"].(string)
+	if !strings.Contains(desc, "On 409 it is a hint") || !strings.Contains(desc, "gets 409 again") {
+		t.Errorf("Retry-After description %q does not call the 409 value a hint", desc)
+	}
+	conflict, _ := lookupPath(m, "components", "responses", "IdempotencyConflict", "description")
+	if s, _ := conflict.(string); !strings.Contains(s, "Retry-After hint") {
+		t.Errorf("409 description %q", s)
+	}
+}
+
+// TestDefaultInfo: without WithInfo the info object is DefaultTitle and
+// DefaultVersion.
+func TestDefaultInfo(t *testing.T) {
+	idem := newMiddleware(t)
+	doc, err := openapi.New(idem, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Info.Title != "Idempotency" || doc.Info.Version != "1" || openapi.DefaultTitle != "Idempotency" || openapi.DefaultVersion != "1" {
+		t.Errorf("default info %+v", doc.Info)
+	}
+	doc, err = openapi.New(idem, nil, openapi.WithInfo("a", "1"), openapi.WithInfo("payments", "2.0.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Info.Title != "payments" || doc.Info.Version != "2.0.0" {
+		t.Errorf("info %+v, want the later WithInfo's", doc.Info)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	idem := newMiddleware(t)
 	for name, eps := range map[string][]openapi.Endpoint{
@@ -406,6 +466,20 @@ func TestErrors(t *testing.T) {
 	if _, err := openapi.New(idem, nil, openapi.WithInfo("", "1")); err == nil {
 		t.Error("empty title: no error")
 	}
+	if _, err := openapi.New(idem, nil, openapi.WithInfo("x", "")); err == nil {
+		t.Error("empty version: no error")
+	}
+	// Every problem at once: an invalid option, a nil option, a bad
+	// endpoint.
+	_, err := openapi.New(idem, []openapi.Endpoint{openapi.FromServeMux("/payments", idem.Required()(ok))}, openapi.WithInfo("", ""), nil)
+	if err == nil {
+		t.Fatal("invalid options and endpoint: no error")
+	}
+	for _, want := range []string{"idemkey: openapi: info title", "idemkey: openapi: option 2 is nil", "needs a method"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not report %q", err, want)
+		}
+	}
 }
 
 func TestFromServeMux(t *testing.T) {
@@ -419,6 +493,63 @@ func TestFromServeMux(t *testing.T) {
 		ep := openapi.FromServeMux(pattern, ok)
 		if ep.Method != want[0] || ep.Pattern != want[1] {
 			t.Errorf("FromServeMux(%q) = %q %q, want %q %q", pattern, ep.Method, ep.Pattern, want[0], want[1])
+		}
+	}
+}
+
+// TestTwoMiddlewares: a service with two Middlewares (different headers)
+// on one ServeMux describes each one's routes with its own call: each
+// Operations lists exactly the routes its Middleware made, however they are
+// attached, and each document names its own header.
+func TestTwoMiddlewares(t *testing.T) {
+	a := newMiddleware(t)
+	b := newMiddleware(t, middleware.WithHeader("X-Partner-Key"))
+	eps := []openapi.Endpoint{
+		openapi.FromServeMux("POST /payments", a.Required()(ok)),
+		openapi.FromServeMux("PUT /profile", a.Optional()(ok)),
+		openapi.FromServeMux("POST /partner/orders", b.Required()(ok)),
+		openapi.FromServeMux("PATCH /partner/orders/{id}", b.Optional()(ok)),
+		{Method: "DELETE", Pattern: "/partner/orders/{id}", Handler: ok, Middlewares: []func(http.Handler) http.Handler{passThrough, b.Handler}},
+		{Method: "DELETE", Pattern: "/payments/{id}", Handler: ok, Middlewares: []func(http.Handler) http.Handler{a.Required(), passThrough}},
+		openapi.FromServeMux("POST /webhooks", ok),
+	}
+	for _, c := range []struct {
+		name   string
+		m      *middleware.Middleware
+		header string
+		ops    []string
+	}{
+		{"a", a, "Idempotency-Key", []string{
+			"POST /payments required 30s",
+			"PUT /profile optional 30s",
+			"DELETE /payments/{id} required 30s",
+		}},
+		{"b", b, "X-Partner-Key", []string{
+			"POST /partner/orders required 30s",
+			"PATCH /partner/orders/{id} optional 30s",
+			"DELETE /partner/orders/{id} optional 30s",
+		}},
+	} {
+		ops, err := openapi.Operations(c.m, eps)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := opList(ops); !slices.Equal(got, c.ops) {
+			t.Errorf("%s: operations:\n got %q\nwant %q", c.name, got, c.ops)
+		}
+		doc, err := openapi.New(c.m, eps)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		j, _ := json.Marshal(doc)
+		m := validDocument(t, j)
+		if got := len(docOps(t, m)); got != len(c.ops) {
+			t.Errorf("%s: the document has %d operations, want %d", c.name, got, len(c.ops))
+		}
+		for _, p := range []string{"IdempotencyKey", "IdempotencyKeyOptional"} {
+			if name, _ := lookupPath(m, "components", "parameters", p, "name"); name != c.header {
+				t.Errorf("%s: %s names header %v, want %s", c.name, p, name, c.header)
+			}
 		}
 	}
 }

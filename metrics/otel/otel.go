@@ -1,26 +1,32 @@
 // Package otel reports the idempotency middleware's decisions through the
 // OpenTelemetry API (go.opentelemetry.io/otel): as metrics on a
-// MeterProvider, and as attributes of the request's span. It uses the API
-// alone; the service brings the SDK and exporters. It lives in its own
-// package so that services that do not use OpenTelemetry never compile it.
+// MeterProvider, and as attributes of the request's span. It is a plain
+// middleware.Observer that uses the API alone; the service brings the SDK
+// and exporters. It lives in its own package so that services that do not
+// use OpenTelemetry never compile it.
+//
+// Wire it once, as one of the middleware's observers (each WithObserver
+// adds one; every observer sees every event, in the order given):
 //
 //	tel, err := otel.New(otelglobal.GetMeterProvider())
 //	if err != nil {
 //		log.Fatal(err)
 //	}
-//	idem, err := middleware.New(tel.Store(st), middleware.WithObserver(tel.Observer()))
+//	idem, err := middleware.New(st,
+//		middleware.WithObserver(tel.Observer()),
+//		middleware.WithObserver(middleware.SlogObserver(logger)))
 //
 // Instruments, on the meter named ScopeName:
 //
 //   - idemkey.events (counter, {event}): every decision, with attributes
 //     idemkey.event (first_attempt, replay, in_flight, key_reused,
-//     key_missing, key_invalid, request_too_large, kept, released,
-//     ownership_lost, store_error) and http.route;
+//     key_missing, key_invalid, request_too_large, body_unreadable, kept,
+//     released, ownership_lost, store_error) and http.route;
 //   - idemkey.store.duration (histogram, s): the store call behind each
 //     event that made one, with idemkey.event;
 //   - idemkey.kept_record.size (histogram, By): the size of each kept
-//     response, body plus header names and values; fed only by a store
-//     wrapped with Metrics.Store.
+//     response (Event.Size of each kept event: body plus header names and
+//     values). Replays are not recorded in it.
 //
 // On the span in the request's context (the one otelhttp or the service's
 // own tracing started) each event sets idemkey.outcome (the event's name;
@@ -30,32 +36,31 @@
 // never the key). The middleware must run inside the tracing middleware for
 // the span to be there.
 //
-// http.route is the request's Pattern, else what WithRoute's function
-// returns, else "unknown"; never the raw path. See package metrics/prom for
-// where chi and http.ServeMux set the Pattern.
+// http.route is the event's Route (the request's Pattern, else the name
+// middleware.WithRouteName gives it), or "unknown" when it is empty; never
+// the raw path. See package metrics/prom for where chi and http.ServeMux
+// set the Pattern.
 package otel
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemkey/idemkey/internal/option"
 	"github.com/idemkey/idemkey/middleware"
-	"github.com/idemkey/idemkey/store"
 )
 
 // ScopeName is the instrumentation scope of the meter.
 const ScopeName = "github.com/idemkey/idemkey"
 
-// UnknownRoute is the http.route of a request without a Pattern when no
-// WithRoute function names it.
-const UnknownRoute = "unknown"
+// unknownRoute is the http.route of an event without a Route.
+const unknownRoute = "unknown"
 
 // Attribute keys.
 const (
@@ -66,73 +71,118 @@ const (
 	KeyDigestKey = attribute.Key("idemkey.key_digest")
 )
 
-// An Option configures Metrics.
-type Option func(*config)
+// Default histogram bucket boundaries, the same as package metrics/prom's.
+// They are advice to the SDK, which a View can override.
+var (
+	// DefaultLatencyBuckets, in seconds, span 0.5 ms to 1 s: a store call
+	// on a healthy local network takes well under a millisecond, and the
+	// Redis store gives up at 300 ms by default.
+	DefaultLatencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+	// DefaultSizeBuckets, in bytes, span 64 B to 4 MiB in steps of four.
+	DefaultSizeBuckets = []float64{64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304}
+)
+
+// An Option configures Metrics. New applies options in order (a later
+// option of a kind overrides an earlier one), fills in the defaults of
+// what no option set, and returns an error naming every invalid value and
+// nil option. No option panics.
+type Option func(*config) error
 
 type config struct {
-	route func(*http.Request) string
-	errs  []error
+	latencyBuckets []float64
+	sizeBuckets    []float64
 }
 
-// WithRoute sets the function that names the route of a request whose
-// Pattern is empty. It must return a value from a small fixed set (a route
-// template, never a raw path). An empty result counts as "unknown".
-// Default: none, every such request counts as "unknown".
-func WithRoute(f func(*http.Request) string) Option {
-	return func(c *config) {
-		if f == nil {
-			c.errs = append(c.errs, errors.New("nil route function"))
+// WithLatencyBuckets sets the bucket boundaries, in seconds, advised for
+// idemkey.store.duration, in strictly increasing order; at least one.
+// Default: DefaultLatencyBuckets (0.5 ms to 1 s).
+func WithLatencyBuckets(b ...float64) Option {
+	return func(c *config) error {
+		if err := checkBuckets(b); err != nil {
+			return fmt.Errorf("latency buckets: %w", err)
 		}
-		c.route = f
+		c.latencyBuckets = append([]float64(nil), b...)
+		return nil
 	}
+}
+
+// WithSizeBuckets sets the bucket boundaries, in bytes, advised for
+// idemkey.kept_record.size, in strictly increasing order; at least one.
+// Default: DefaultSizeBuckets (64 B to 4 MiB).
+func WithSizeBuckets(b ...float64) Option {
+	return func(c *config) error {
+		if err := checkBuckets(b); err != nil {
+			return fmt.Errorf("size buckets: %w", err)
+		}
+		c.sizeBuckets = append([]float64(nil), b...)
+		return nil
+	}
+}
+
+func checkBuckets(b []float64) error {
+	if len(b) == 0 {
+		return errors.New("none given")
+	}
+	for i := range b {
+		if math.IsNaN(b[i]) || math.IsInf(b[i], 0) {
+			return errors.New("not finite")
+		}
+		if i > 0 && b[i] <= b[i-1] {
+			return errors.New("not in strictly increasing order")
+		}
+	}
+	return nil
 }
 
 // Metrics reports the middleware's events. Build it with New; it is safe
 // for concurrent use.
 type Metrics struct {
-	route   func(*http.Request) string
 	events  metric.Int64Counter
 	latency metric.Float64Histogram
 	size    metric.Int64Histogram
-	// eventAttrs holds each event kind's attribute set, built once.
-	eventAttrs map[middleware.EventKind]metric.MeasurementOption
+	// eventAttrs holds the attribute set of each event kind an EventKind
+	// (a uint8) can hold, built once.
+	eventAttrs [256]metric.MeasurementOption
 }
 
 // New creates the instruments on mp's meter named ScopeName. It returns an
-// error for a nil mp, an invalid option, or an instrument mp refuses.
+// error naming a nil mp and every invalid option, or the errors of the
+// instruments mp refuses.
 func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
-	if mp == nil {
-		return nil, errors.New("idemkey: otel: nil meter provider")
-	}
+	const prefix = "idemkey: otel"
 	c := config{}
-	for _, o := range opts {
-		if o == nil {
-			return nil, errors.New("idemkey: otel: nil option")
-		}
-		o(&c)
+	err := option.Apply(prefix, &c, opts)
+	if mp == nil {
+		err = errors.Join(errors.New(prefix+": nil meter provider"), err)
 	}
-	if len(c.errs) > 0 {
-		return nil, fmt.Errorf("idemkey: otel: %w", errors.Join(c.errs...))
+	if err != nil {
+		return nil, err
+	}
+	if c.latencyBuckets == nil {
+		c.latencyBuckets = DefaultLatencyBuckets
+	}
+	if c.sizeBuckets == nil {
+		c.sizeBuckets = DefaultSizeBuckets
 	}
 	meter := mp.Meter(ScopeName)
-	m := &Metrics{route: c.route, eventAttrs: map[middleware.EventKind]metric.MeasurementOption{}}
-	var err, e error
+	m := &Metrics{}
+	var e error
 	m.events, e = meter.Int64Counter("idemkey.events", metric.WithUnit("{event}"),
 		metric.WithDescription("Decisions of the idempotency middleware, by event and route."))
 	err = errors.Join(err, e)
 	m.latency, e = meter.Float64Histogram("idemkey.store.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of the idempotency store call behind each event."),
-		metric.WithExplicitBucketBoundaries(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1))
+		metric.WithExplicitBucketBoundaries(c.latencyBuckets...))
 	err = errors.Join(err, e)
 	m.size, e = meter.Int64Histogram("idemkey.kept_record.size", metric.WithUnit("By"),
 		metric.WithDescription("Size of each kept response (body plus header names and values)."),
-		metric.WithExplicitBucketBoundaries(64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304))
+		metric.WithExplicitBucketBoundaries(c.sizeBuckets...))
 	err = errors.Join(err, e)
 	if err != nil {
-		return nil, fmt.Errorf("idemkey: otel: %w", err)
+		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
-	for k := middleware.EventFirstAttempt; k <= middleware.EventStoreError; k++ {
-		m.eventAttrs[k] = metric.WithAttributeSet(attribute.NewSet(EventKey.String(k.String())))
+	for k := range m.eventAttrs {
+		m.eventAttrs[k] = metric.WithAttributeSet(attribute.NewSet(EventKey.String(middleware.EventKind(k).String())))
 	}
 	return m, nil
 }
@@ -143,14 +193,22 @@ func (m *Metrics) Observer() middleware.Observer { return m.observe }
 
 func (m *Metrics) observe(r *http.Request, e middleware.Event) {
 	ctx := r.Context()
-	event := e.Kind.String()
-	m.events.Add(ctx, 1, metric.WithAttributes(EventKey.String(event), RouteKey.String(m.routeOf(r))))
+	event, route := e.Kind.String(), e.Route
+	if route == "" {
+		route = unknownRoute
+	}
+	m.events.Add(ctx, 1, metric.WithAttributes(EventKey.String(event), RouteKey.String(route)))
 	if e.StoreLatency > 0 {
-		attrs, ok := m.eventAttrs[e.Kind]
-		if !ok {
+		var attrs metric.MeasurementOption
+		if int(e.Kind) < len(m.eventAttrs) {
+			attrs = m.eventAttrs[e.Kind]
+		} else {
 			attrs = metric.WithAttributes(EventKey.String(event))
 		}
 		m.latency.Record(ctx, e.StoreLatency.Seconds(), attrs)
+	}
+	if e.Kind == middleware.EventKept {
+		m.size.Record(ctx, int64(e.Size))
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		attrs := []attribute.KeyValue{OutcomeKey.String(event), ReplayedKey.Bool(e.Kind == middleware.EventReplay)}
@@ -159,41 +217,4 @@ func (m *Metrics) observe(r *http.Request, e middleware.Event) {
 		}
 		span.SetAttributes(attrs...)
 	}
-}
-
-func (m *Metrics) routeOf(r *http.Request) string {
-	if r.Pattern != "" {
-		return r.Pattern
-	}
-	if m.route != nil {
-		if s := m.route(r); s != "" {
-			return s
-		}
-	}
-	return UnknownRoute
-}
-
-// Store wraps st so that each response it keeps is measured into
-// idemkey.kept_record.size; give the result to middleware.New. Every call
-// goes to st unchanged. Records that st refuses are not measured.
-func (m *Metrics) Store(st store.Store) store.Store { return &sizedStore{Store: st, m: m} }
-
-type sizedStore struct {
-	store.Store
-	m *Metrics
-}
-
-func (s *sizedStore) Complete(ctx context.Context, key, token string, rec *store.Record, retention time.Duration) error {
-	err := s.Store.Complete(ctx, key, token, rec, retention)
-	if err == nil {
-		n := len(rec.Body)
-		for k, vs := range rec.Header {
-			n += len(k)
-			for _, v := range vs {
-				n += len(v)
-			}
-		}
-		s.m.size.Record(ctx, int64(n))
-	}
-	return err
 }

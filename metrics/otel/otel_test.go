@@ -3,6 +3,7 @@ package otel_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -27,14 +28,15 @@ import (
 // name and attribute set.
 type recorder struct {
 	metricnoop.MeterProvider
-	mu     sync.Mutex
-	meters []string
-	sums   map[string]float64 // "name{attrs}" -> sum of values
-	counts map[string]int     // "name{attrs}" -> number of measurements
+	mu      sync.Mutex
+	meters  []string
+	sums    map[string]float64   // "name{attrs}" -> sum of values
+	counts  map[string]int       // "name{attrs}" -> number of measurements
+	buckets map[string][]float64 // histogram name -> advised boundaries
 }
 
 func newRecorder() *recorder {
-	return &recorder{sums: map[string]float64{}, counts: map[string]int{}}
+	return &recorder{sums: map[string]float64{}, counts: map[string]int{}, buckets: map[string][]float64{}}
 }
 
 func (p *recorder) Meter(name string, _ ...metric.MeterOption) metric.Meter {
@@ -47,7 +49,7 @@ func (p *recorder) Meter(name string, _ ...metric.MeterOption) metric.Meter {
 func (p *recorder) add(name string, set attribute.Set, v float64) {
 	var kv []string
 	for _, a := range set.ToSlice() {
-		kv = append(kv, fmt.Sprintf("%s=%s", a.Key, a.Value.Emit()))
+		kv = append(kv, fmt.Sprintf("%s=%s", a.Key, a.Value.String()))
 	}
 	k := name + "{" + strings.Join(kv, ",") + "}"
 	p.mu.Lock()
@@ -65,11 +67,17 @@ func (m meter) Int64Counter(name string, _ ...metric.Int64CounterOption) (metric
 	return counter{p: m.p, name: name}, nil
 }
 
-func (m meter) Float64Histogram(name string, _ ...metric.Float64HistogramOption) (metric.Float64Histogram, error) {
+func (m meter) Float64Histogram(name string, opts ...metric.Float64HistogramOption) (metric.Float64Histogram, error) {
+	m.p.mu.Lock()
+	m.p.buckets[name] = metric.NewFloat64HistogramConfig(opts...).ExplicitBucketBoundaries()
+	m.p.mu.Unlock()
 	return fhist{p: m.p, name: name}, nil
 }
 
-func (m meter) Int64Histogram(name string, _ ...metric.Int64HistogramOption) (metric.Int64Histogram, error) {
+func (m meter) Int64Histogram(name string, opts ...metric.Int64HistogramOption) (metric.Int64Histogram, error) {
+	m.p.mu.Lock()
+	m.p.buckets[name] = metric.NewInt64HistogramConfig(opts...).ExplicitBucketBoundaries()
+	m.p.mu.Unlock()
 	return ihist{p: m.p, name: name}, nil
 }
 
@@ -137,7 +145,9 @@ func TestScriptedSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { mem.Close() })
-	idem, err := middleware.New(tel.Store(mem), middleware.WithObserver(tel.Observer()))
+	var seen []middleware.Event
+	idem, err := middleware.New(mem, middleware.WithObserver(tel.Observer()),
+		middleware.WithObserver(func(_ *http.Request, e middleware.Event) { seen = append(seen, e) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,31 +237,36 @@ func TestScriptedSession(t *testing.T) {
 			t.Errorf("%d store durations for %s, which carries none", n, ev)
 		}
 	}
+	// Both observers saw every event.
+	if len(seen) != 7 {
+		t.Errorf("the second observer saw %d events, want 7", len(seen))
+	}
+	// One kept record, measured from its kept event; the replay, which
+	// carries a size too, is not.
 	size := len(`{"id":1}`) + len("Content-Type") + len("application/json")
 	if rec.counts["idemkey.kept_record.size{}"] != 1 || rec.sums["idemkey.kept_record.size{}"] != float64(size) {
 		t.Errorf("kept size: %d records, %v bytes, want 1 and %d", rec.counts["idemkey.kept_record.size{}"], rec.sums["idemkey.kept_record.size{}"], size)
 	}
 }
 
+// TestRouteAndLatency: http.route is the event's Route, "unknown" when it
+// is empty; the duration goes under the event's name.
 func TestRouteAndLatency(t *testing.T) {
 	rec := newRecorder()
-	tel, err := idemotel.New(rec, idemotel.WithRoute(func(r *http.Request) string {
-		if strings.HasPrefix(r.URL.Path, "/orders/") {
-			return "/orders/{id}"
-		}
-		return ""
-	}))
+	tel, err := idemotel.New(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	obs := tel.Observer()
-	obs(httptest.NewRequest("POST", "/orders/7", nil), middleware.Event{Kind: middleware.EventFirstAttempt, StoreLatency: 2 * time.Millisecond})
+	obs(httptest.NewRequest("POST", "/orders/7", nil), middleware.Event{Kind: middleware.EventFirstAttempt, Route: "/orders/{id}", StoreLatency: 2 * time.Millisecond})
 	obs(httptest.NewRequest("POST", "/x/8", nil), middleware.Event{Kind: middleware.EventStoreError, StoreLatency: 300 * time.Millisecond})
+	obs(httptest.NewRequest("POST", "/x/9", nil), middleware.Event{Kind: middleware.EventBodyUnreadable, Route: "POST /x/{id}"})
 	for k, want := range map[string]float64{
-		"idemkey.events{http.route=/orders/{id},idemkey.event=first_attempt}": 1,
-		"idemkey.events{http.route=unknown,idemkey.event=store_error}":        1,
-		"idemkey.store.duration{idemkey.event=first_attempt}":                 0.002,
-		"idemkey.store.duration{idemkey.event=store_error}":                   0.3,
+		"idemkey.events{http.route=/orders/{id},idemkey.event=first_attempt}":   1,
+		"idemkey.events{http.route=unknown,idemkey.event=store_error}":          1,
+		"idemkey.events{http.route=POST /x/{id},idemkey.event=body_unreadable}": 1,
+		"idemkey.store.duration{idemkey.event=first_attempt}":                   0.002,
+		"idemkey.store.duration{idemkey.event=store_error}":                     0.3,
 	} {
 		if got := rec.sums[k]; got != want {
 			t.Errorf("%s = %v, want %v", k, got, want)
@@ -259,14 +274,83 @@ func TestRouteAndLatency(t *testing.T) {
 	}
 }
 
+// TestRouteName: a route the router leaves without a Pattern is recorded
+// under the name middleware.WithRouteName gives it.
+func TestRouteName(t *testing.T) {
+	rec := newRecorder()
+	tel, err := idemotel.New(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	idem, err := middleware.New(mem, middleware.WithObserver(tel.Observer()),
+		middleware.WithRouteName(func(*http.Request) string { return "/orders/{id}" }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := idem.Required()(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/orders/1", nil))
+	if got := rec.sums["idemkey.events{http.route=/orders/{id},idemkey.event=key_missing}"]; got != 1 {
+		t.Errorf("events %v, want one key_missing under /orders/{id}", rec.sums)
+	}
+}
+
+// TestBuckets: the histograms advise DefaultLatencyBuckets and
+// DefaultSizeBuckets unless an option sets others.
+func TestBuckets(t *testing.T) {
+	rec := newRecorder()
+	if _, err := idemotel.New(rec); err != nil {
+		t.Fatal(err)
+	}
+	wantLatency := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+	wantSize := []float64{64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304}
+	if got := rec.buckets["idemkey.store.duration"]; !slices.Equal(got, wantLatency) || !slices.Equal(idemotel.DefaultLatencyBuckets, wantLatency) {
+		t.Errorf("default latency buckets %v, want %v", got, wantLatency)
+	}
+	if got := rec.buckets["idemkey.kept_record.size"]; !slices.Equal(got, wantSize) || !slices.Equal(idemotel.DefaultSizeBuckets, wantSize) {
+		t.Errorf("default size buckets %v, want %v", got, wantSize)
+	}
+
+	rec = newRecorder()
+	if _, err := idemotel.New(rec, idemotel.WithLatencyBuckets(0.1, 1), idemotel.WithSizeBuckets(100)); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.buckets["idemkey.store.duration"]; !slices.Equal(got, []float64{0.1, 1}) {
+		t.Errorf("latency buckets %v, want [0.1 1]", got)
+	}
+	if got := rec.buckets["idemkey.kept_record.size"]; !slices.Equal(got, []float64{100}) {
+		t.Errorf("size buckets %v, want [100]", got)
+	}
+}
+
+// TestNewErrors: New reports a nil provider, every invalid option value
+// and every nil option, all at once.
 func TestNewErrors(t *testing.T) {
-	if _, err := idemotel.New(nil); err == nil {
-		t.Error("nil provider accepted")
+	for name, opt := range map[string]idemotel.Option{
+		"nil option":         nil,
+		"no latency buckets": idemotel.WithLatencyBuckets(),
+		"unsorted buckets":   idemotel.WithSizeBuckets(10, 5),
+		"repeated bucket":    idemotel.WithLatencyBuckets(1, 1),
+		"infinite bucket":    idemotel.WithSizeBuckets(1, math.Inf(1)),
+		"NaN bucket":         idemotel.WithLatencyBuckets(math.NaN()),
+	} {
+		if _, err := idemotel.New(newRecorder(), opt); err == nil {
+			t.Errorf("%s accepted", name)
+		} else if !strings.HasPrefix(err.Error(), "idemkey: otel: ") {
+			t.Errorf("%s: error %q without the package prefix", name, err)
+		}
 	}
-	if _, err := idemotel.New(newRecorder(), nil); err == nil {
-		t.Error("nil option accepted")
+	_, err := idemotel.New(nil, idemotel.WithLatencyBuckets(), nil)
+	if err == nil {
+		t.Fatal("nil provider and invalid options accepted")
 	}
-	if _, err := idemotel.New(newRecorder(), idemotel.WithRoute(nil)); err == nil {
-		t.Error("nil route function accepted")
+	for _, want := range []string{"nil meter provider", "latency buckets: none given", "option 2 is nil"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not report %q", err, want)
+		}
 	}
 }

@@ -1,55 +1,63 @@
 // Package prom counts the idempotency middleware's decisions as Prometheus
-// metrics, through github.com/prometheus/client_golang. It lives in its own
-// package so that services that do not use Prometheus never compile it.
+// metrics, through github.com/prometheus/client_golang. It is a plain
+// middleware.Observer: it reads each Event and nothing else, and lives in
+// its own package so that services that do not use Prometheus never compile
+// it.
 //
-// Wire it as the middleware's observer:
+// Wire it once, as one of the middleware's observers (each WithObserver
+// adds one; every observer sees every event, in the order given):
 //
 //	met, err := prom.New(prometheus.DefaultRegisterer)
 //	if err != nil {
 //		log.Fatal(err)
 //	}
-//	idem, err := middleware.New(met.Store(st), middleware.WithObserver(met.Observer()))
+//	idem, err := middleware.New(st,
+//		middleware.WithObserver(met.Observer()),
+//		middleware.WithObserver(middleware.SlogObserver(logger)))
 //
 // It exports three metrics:
 //
 //   - idemkey_events_total{event, route}: a counter of every decision, by
 //     event (first_attempt, replay, in_flight, key_reused, key_missing,
-//     key_invalid, request_too_large, kept, released, ownership_lost,
-//     store_error; see middleware.EventKind) and route;
+//     key_invalid, request_too_large, body_unreadable, kept, released,
+//     ownership_lost, store_error; see middleware.EventKind) and route;
 //   - idemkey_store_latency_seconds{event}: a histogram of the store call
 //     behind each event that made one (first_attempt: the claim; kept: the
 //     keep; released: the release; store_error and ownership_lost: the call
 //     that failed), in seconds;
 //   - idemkey_kept_record_bytes: a histogram of the size of each response
-//     kept, body plus header names and values, in bytes. Only a store
-//     wrapped with Metrics.Store feeds it.
+//     kept (Event.Size of each kept event: body plus header names and
+//     values), in bytes. Replays are not counted in it.
 //
-// The route label is the request's Pattern, else what WithRoute's function
-// returns, else "unknown". http.ServeMux sets the Pattern to the route
-// ("POST /payments"); chi v5.2 and later set it once the router has matched
-// ("/payments/{id}" for middleware on the route, "/api/*" for middleware in
-// a mounted sub-router's Use), but middleware in the root router's Use runs
-// before any match and counts as "unknown". The label is never the raw
-// path: paths carry ids, and a series per id would grow without bound. With
-// chi, put the middleware on the route: r.With(idem.Required()).Post(...).
+// The route label is the event's Route, or "unknown" when it is empty. The
+// middleware sets Route to the request's Pattern: http.ServeMux sets it to
+// the route ("POST /payments"); chi v5.2 and later set it once the router
+// has matched ("/payments/{id}" for middleware on the route, "/api/*" for
+// middleware in a mounted sub-router's Use), but middleware in the root
+// router's Use runs before any match and counts as "unknown". With chi, put
+// the middleware on the route: r.With(idem.Required()).Post(...). Where the
+// Pattern is empty (a router that does not set it, middleware that runs
+// before the match), middleware.WithRouteName names the route. The label
+// is never the raw path: paths carry ids, and a series per id would grow
+// without bound.
 package prom
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
-	"time"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemkey/idemkey/internal/option"
 	"github.com/idemkey/idemkey/middleware"
-	"github.com/idemkey/idemkey/store"
 )
 
-// UnknownRoute is the route label of a request without a Pattern when no
-// WithRoute function names it.
-const UnknownRoute = "unknown"
+// unknownRoute is the route label of an event without a Route.
+const unknownRoute = "unknown"
 
 // Default histogram buckets.
 var (
@@ -61,67 +69,84 @@ var (
 	DefaultSizeBuckets = prometheus.ExponentialBuckets(64, 4, 9)
 )
 
-// An Option configures Metrics.
-type Option func(*config)
+// An Option configures Metrics. New applies options in order (a later
+// option of a kind overrides an earlier one), fills in the defaults of
+// what no option set, and returns an error naming every invalid value and
+// nil option. No option panics.
+type Option func(*config) error
 
 type config struct {
-	route          func(*http.Request) string
 	latencyBuckets []float64
 	sizeBuckets    []float64
 	constLabels    prometheus.Labels
-	errs           []error
-}
-
-// WithRoute sets the function that names the route of a request whose
-// Pattern is empty. It must return a value from a small fixed set (a route
-// template, never a raw path). An empty result counts as "unknown".
-// Default: none, every such request counts as "unknown".
-func WithRoute(f func(*http.Request) string) Option {
-	return func(c *config) {
-		if f == nil {
-			c.errs = append(c.errs, errors.New("nil route function"))
-		}
-		c.route = f
-	}
 }
 
 // WithLatencyBuckets sets the upper bounds, in seconds, of the store
-// latency histogram's buckets, in increasing order. Default:
-// DefaultLatencyBuckets.
+// latency histogram's buckets, in strictly increasing order; at least one.
+// Default: DefaultLatencyBuckets (0.5 ms to 1 s).
 func WithLatencyBuckets(b ...float64) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if err := checkBuckets(b); err != nil {
-			c.errs = append(c.errs, fmt.Errorf("latency buckets: %w", err))
+			return fmt.Errorf("latency buckets: %w", err)
 		}
-		c.latencyBuckets = b
+		c.latencyBuckets = append([]float64(nil), b...)
+		return nil
 	}
 }
 
 // WithSizeBuckets sets the upper bounds, in bytes, of the kept record size
-// histogram's buckets, in increasing order. Default: DefaultSizeBuckets.
+// histogram's buckets, in strictly increasing order; at least one.
+// Default: DefaultSizeBuckets (64 B to 4 MiB).
 func WithSizeBuckets(b ...float64) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if err := checkBuckets(b); err != nil {
-			c.errs = append(c.errs, fmt.Errorf("size buckets: %w", err))
+			return fmt.Errorf("size buckets: %w", err)
 		}
-		c.sizeBuckets = b
+		c.sizeBuckets = append([]float64(nil), b...)
+		return nil
 	}
 }
 
-// WithConstLabels adds labels with fixed values to every metric, for
-// example the name of the service when several share a registry. Default:
-// none.
+// WithConstLabels sets labels with fixed values on every metric, for
+// example the name of the service when several share a registry. A label
+// name must be non-empty UTF-8, must not start with "__" (reserved by
+// Prometheus), and must not be one the metrics use themselves (event,
+// route, le); a value must be UTF-8. The map is copied. Default (and nil
+// or empty l): none.
 func WithConstLabels(l prometheus.Labels) Option {
-	return func(c *config) { c.constLabels = l }
+	return func(c *config) error {
+		var errs []error
+		for name, value := range l {
+			switch {
+			case name == "" || !utf8.ValidString(name) || strings.HasPrefix(name, "__"):
+				errs = append(errs, fmt.Errorf("const label name %q is not valid", name))
+			case name == "event" || name == "route" || name == "le":
+				errs = append(errs, fmt.Errorf("const label name %q is used by the metrics themselves", name))
+			case !utf8.ValidString(value):
+				errs = append(errs, fmt.Errorf("const label %s: value %q is not UTF-8", name, value))
+			}
+		}
+		if len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+		c.constLabels = make(prometheus.Labels, len(l))
+		for name, value := range l {
+			c.constLabels[name] = value
+		}
+		return nil
+	}
 }
 
 func checkBuckets(b []float64) error {
 	if len(b) == 0 {
 		return errors.New("none given")
 	}
-	for i := 1; i < len(b); i++ {
-		if b[i] <= b[i-1] {
-			return errors.New("not in increasing order")
+	for i := range b {
+		if math.IsNaN(b[i]) {
+			return errors.New("NaN given")
+		}
+		if i > 0 && b[i] <= b[i-1] {
+			return errors.New("not in strictly increasing order")
 		}
 	}
 	return nil
@@ -130,28 +155,23 @@ func checkBuckets(b []float64) error {
 // Metrics holds the middleware's metrics. Build it with New; it is safe for
 // concurrent use.
 type Metrics struct {
-	route   func(*http.Request) string
 	events  *prometheus.CounterVec
 	latency *prometheus.HistogramVec
 	size    prometheus.Histogram
 }
 
 // New builds the metrics and registers them with reg. It returns an error
-// for a nil reg, an invalid option, or metrics that reg already holds (a
-// second New on the same registry).
+// naming a nil reg and every invalid option, or the error reg gives for
+// metrics it already holds (a second New on the same registry).
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
-	if reg == nil {
-		return nil, errors.New("idemkey: prom: nil registerer")
-	}
+	const prefix = "idemkey: prom"
 	c := config{}
-	for _, o := range opts {
-		if o == nil {
-			return nil, errors.New("idemkey: prom: nil option")
-		}
-		o(&c)
+	err := option.Apply(prefix, &c, opts)
+	if reg == nil {
+		err = errors.Join(errors.New(prefix+": nil registerer"), err)
 	}
-	if len(c.errs) > 0 {
-		return nil, fmt.Errorf("idemkey: prom: %w", errors.Join(c.errs...))
+	if err != nil {
+		return nil, err
 	}
 	if c.latencyBuckets == nil {
 		c.latencyBuckets = DefaultLatencyBuckets
@@ -160,7 +180,6 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		c.sizeBuckets = DefaultSizeBuckets
 	}
 	m := &Metrics{
-		route: c.route,
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "idemkey_events_total",
 			Help:        "Decisions of the idempotency middleware, by event and route.",
@@ -185,7 +204,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			for _, d := range done {
 				reg.Unregister(d)
 			}
-			return nil, fmt.Errorf("idemkey: prom: %w", err)
+			return nil, fmt.Errorf("%s: %w", prefix, err)
 		}
 		done = append(done, col)
 	}
@@ -193,66 +212,21 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 }
 
 // Observer returns the middleware.Observer that counts each event, for
-// middleware.WithObserver. To log the events as well, call both:
-//
-//	obs, logObs := met.Observer(), middleware.SlogObserver(logger)
-//	middleware.WithObserver(func(r *http.Request, e middleware.Event) { obs(r, e); logObs(r, e) })
+// middleware.WithObserver.
 func (m *Metrics) Observer() middleware.Observer {
 	return m.observe
 }
 
-func (m *Metrics) observe(r *http.Request, e middleware.Event) {
-	event := e.Kind.String()
-	m.events.WithLabelValues(event, m.routeOf(r)).Inc()
+func (m *Metrics) observe(_ *http.Request, e middleware.Event) {
+	event, route := e.Kind.String(), e.Route
+	if route == "" {
+		route = unknownRoute
+	}
+	m.events.WithLabelValues(event, route).Inc()
 	if e.StoreLatency > 0 {
 		m.latency.WithLabelValues(event).Observe(e.StoreLatency.Seconds())
 	}
-}
-
-func (m *Metrics) routeOf(r *http.Request) string {
-	if r.Pattern != "" {
-		return r.Pattern
+	if e.Kind == middleware.EventKept {
+		m.size.Observe(float64(e.Size))
 	}
-	if m.route != nil {
-		if s := m.route(r); s != "" {
-			return s
-		}
-	}
-	return UnknownRoute
-}
-
-// Store wraps st so that each response it keeps is measured into
-// idemkey_kept_record_bytes; give the result to middleware.New. Every call
-// goes to st unchanged. Records that st refuses (Complete returns an error)
-// are not measured.
-func (m *Metrics) Store(st store.Store) store.Store {
-	return &sizedStore{Store: st, m: m}
-}
-
-// RecordSize returns the size idemkey_kept_record_bytes measures: the
-// length of the body plus the lengths of the header names and values, in
-// bytes. A store adds its own framing on top (store/redis: 56 bytes, plus
-// 4 per header name and 4 per header value).
-func RecordSize(rec *store.Record) int {
-	n := len(rec.Body)
-	for k, vs := range rec.Header {
-		n += len(k)
-		for _, v := range vs {
-			n += len(v)
-		}
-	}
-	return n
-}
-
-type sizedStore struct {
-	store.Store
-	m *Metrics
-}
-
-func (s *sizedStore) Complete(ctx context.Context, key, token string, rec *store.Record, retention time.Duration) error {
-	err := s.Store.Complete(ctx, key, token, rec, retention)
-	if err == nil {
-		s.m.size.Observe(float64(RecordSize(rec)))
-	}
-	return err
 }

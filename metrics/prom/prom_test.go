@@ -1,14 +1,21 @@
 package prom_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -93,9 +100,8 @@ func TestScriptedSession(t *testing.T) {
 		loseOwnerOf: map[string]bool{store.KeyName("anonymous", "lapsed"): true},
 	}
 	rec := &recorder{}
-	obs := met.Observer()
-	idem, err := middleware.New(met.Store(fs), middleware.WithMaxRequestBody(64),
-		middleware.WithObserver(func(r *http.Request, e middleware.Event) { obs(r, e); rec.observe(r, e) }))
+	idem, err := middleware.New(fs, middleware.WithMaxRequestBody(64),
+		middleware.WithObserver(met.Observer()), middleware.WithObserver(rec.observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +130,11 @@ func TestScriptedSession(t *testing.T) {
 
 	send := func(h http.Handler, method, path, key, body string, wantStatus int) {
 		t.Helper()
-		r := httptest.NewRequest(method, path, strings.NewReader(body))
+		var rd io.Reader = strings.NewReader(body)
+		if body == "broken" {
+			rd = io.MultiReader(strings.NewReader("{"), iotest.ErrReader(errors.New("connection reset")))
+		}
+		r := httptest.NewRequest(method, path, rd)
 		r.Header.Set("Content-Type", "application/json")
 		if key != "" {
 			r.Header.Add("Idempotency-Key", key)
@@ -146,6 +156,7 @@ func TestScriptedSession(t *testing.T) {
 	send(mux, "POST", "/payments", "", `{"amount":10}`, 400)            // key_missing
 	send(mux, "POST", "/payments", "twice", `{"amount":10}`, 400)       // key_invalid
 	send(mux, "POST", "/payments", "big", strings.Repeat("x", 65), 413) // request_too_large
+	send(mux, "POST", "/payments", "cut", "broken", 400)                // body_unreadable
 	send(mux, "POST", "/payments", "down", `{"amount":10}`, 503)        // store_error
 	send(mux, "POST", "/payments", "lapsed", `{"amount":10}`, 201)      // first_attempt, ownership_lost
 	send(mux, "PUT", "/profile", "p1", `{}`, 502)                       // first_attempt, released
@@ -177,6 +188,7 @@ idemkey_events_total{event="key_reused",route="POST /payments"} 1
 idemkey_events_total{event="key_missing",route="POST /payments"} 1
 idemkey_events_total{event="key_invalid",route="POST /payments"} 1
 idemkey_events_total{event="request_too_large",route="POST /payments"} 1
+idemkey_events_total{event="body_unreadable",route="POST /payments"} 1
 idemkey_events_total{event="store_error",route="POST /payments"} 1
 idemkey_events_total{event="ownership_lost",route="POST /payments"} 1
 idemkey_events_total{event="first_attempt",route="PUT /profile"} 1
@@ -206,8 +218,8 @@ idemkey_events_total{event="kept",route="POST /slow"} 1
 		}
 	}
 
-	// Size: the three kept responses (the lapsed one was refused by the
-	// store and is not measured).
+	// Size: the three kept responses, from their kept events; not the
+	// replays, and not the lapsed one, which the store refused to keep.
 	wantSum := 0
 	for _, body := range []string{paymentBody, "bare", "ok"} {
 		wantSum += len(body) + len("Content-Type")
@@ -303,38 +315,6 @@ idemkey_events_total{event="kept",route="unknown"} 1
 	}
 }
 
-func TestRouteFunction(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	met, err := prom.New(reg, prom.WithRoute(func(r *http.Request) string {
-		if strings.HasPrefix(r.URL.Path, "/orders/") {
-			return "/orders/{id}"
-		}
-		return ""
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	obs := met.Observer()
-	for _, path := range []string{"/orders/1", "/orders/2", "/other"} {
-		obs(httptest.NewRequest("POST", path, nil), middleware.Event{Kind: middleware.EventKeyMissing})
-	}
-	// A pattern wins over the function.
-	r := httptest.NewRequest("POST", "/orders/3", nil)
-	r.Pattern = "POST /orders/{id}"
-	obs(r, middleware.Event{Kind: middleware.EventKeyMissing})
-
-	want := `
-# HELP idemkey_events_total Decisions of the idempotency middleware, by event and route.
-# TYPE idemkey_events_total counter
-idemkey_events_total{event="key_missing",route="/orders/{id}"} 2
-idemkey_events_total{event="key_missing",route="POST /orders/{id}"} 1
-idemkey_events_total{event="key_missing",route="unknown"} 1
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idemkey_events_total"); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestLatencyBuckets(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	met, err := prom.New(reg, prom.WithLatencyBuckets(0.001, 0.01), prom.WithConstLabels(prometheus.Labels{"service": "pay"}))
@@ -394,39 +374,264 @@ func TestDefaultBuckets(t *testing.T) {
 	t.Fatal("no latency histogram gathered")
 }
 
-func TestNewErrors(t *testing.T) {
-	if _, err := prom.New(nil); err == nil {
-		t.Error("nil registerer accepted")
+// TestKeptSizeFromEvent: the size histogram takes Event.Size of kept
+// events, a zero size included, and nothing from other events, replays
+// (which carry a size too) included.
+func TestKeptSizeFromEvent(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	met, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := met.Observer()
+	r := httptest.NewRequest("POST", "/", nil)
+	obs(r, middleware.Event{Kind: middleware.EventKept, Size: 100})
+	obs(r, middleware.Event{Kind: middleware.EventKept, Size: 0})
+	obs(r, middleware.Event{Kind: middleware.EventReplay, Size: 100})
+	obs(r, middleware.Event{Kind: middleware.EventFirstAttempt})
+	if count, sum := histogram(t, reg, "idemkey_kept_record_bytes", ""); count != 2 || sum != 100 {
+		t.Errorf("idemkey_kept_record_bytes: count %d sum %v, want 2 and 100", count, sum)
+	}
+}
+
+// TestRouteName: a request without a Pattern counts under the name
+// middleware.WithRouteName gives it, or "unknown" when that is empty; a
+// Pattern wins over the name.
+func TestRouteName(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	met, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	idem, err := middleware.New(mem, middleware.WithObserver(met.Observer()),
+		middleware.WithRouteName(func(r *http.Request) string {
+			if strings.HasPrefix(r.URL.Path, "/orders/") {
+				return "/orders/{id}"
+			}
+			return ""
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := idem.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders/{id}", bare)
+	for _, c := range []struct {
+		h    http.Handler
+		path string
+	}{{bare, "/orders/1"}, {bare, "/orders/2"}, {bare, "/other"}, {mux, "/orders/3"}} {
+		c.h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", c.path, nil)) // no key: key_missing
+	}
+	want := `
+# HELP idemkey_events_total Decisions of the idempotency middleware, by event and route.
+# TYPE idemkey_events_total counter
+idemkey_events_total{event="key_missing",route="/orders/{id}"} 2
+idemkey_events_total{event="key_missing",route="POST /orders/{id}"} 1
+idemkey_events_total{event="key_missing",route="unknown"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idemkey_events_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestObserversCompose wires the metrics and a log as two observers, each
+// with its own WithObserver, and checks that both saw every event: the log
+// has one line per event the counters counted, in the same order as a
+// third observer saw them.
+func TestObserversCompose(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	met, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rec := &recorder{}
+	idem, err := middleware.New(mem,
+		middleware.WithObserver(met.Observer()),
+		middleware.WithObserver(middleware.SlogObserver(logger)),
+		middleware.WithObserver(rec.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", idem.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok"))
+	})))
+	for _, key := range []string{"a", "a", "", "b"} {
+		r := httptest.NewRequest("POST", "/payments", strings.NewReader("{}"))
+		if key != "" {
+			r.Header.Set("Idempotency-Key", key)
+		}
+		mux.ServeHTTP(httptest.NewRecorder(), r)
+	}
+
+	var seen []string
+	for _, e := range rec.events {
+		seen = append(seen, e.Kind.String())
+	}
+	if want := []string{"first_attempt", "kept", "replay", "key_missing", "first_attempt", "kept"}; !slices.Equal(seen, want) {
+		t.Fatalf("events %q, want %q", seen, want)
+	}
+	var logged []string
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		for _, f := range strings.Fields(line) {
+			if ev, ok := strings.CutPrefix(f, "event="); ok {
+				logged = append(logged, ev)
+			}
+		}
+	}
+	if !slices.Equal(logged, seen) {
+		t.Errorf("logged events %q, want %q", logged, seen)
+	}
+	counted := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "idemkey_events_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "event" {
+					counted[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	want := map[string]float64{}
+	for _, ev := range seen {
+		want[ev]++
+	}
+	if !maps.Equal(counted, want) {
+		t.Errorf("counted %v, want %v", counted, want)
+	}
+}
+
+// TestDefaultSizeBuckets: without WithSizeBuckets the size histogram has
+// DefaultSizeBuckets, 64 B to 4 MiB in steps of four.
+func TestDefaultSizeBuckets(t *testing.T) {
+	want := []float64{64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304}
+	if !slices.Equal(prom.DefaultSizeBuckets, want) {
+		t.Fatalf("DefaultSizeBuckets %v, want %v", prom.DefaultSizeBuckets, want)
 	}
 	reg := prometheus.NewRegistry()
+	met, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	met.Observer()(httptest.NewRequest("POST", "/", nil), middleware.Event{Kind: middleware.EventKept, Size: 10})
+	if got := bucketBounds(t, reg, "idemkey_kept_record_bytes"); !slices.Equal(got, want) {
+		t.Errorf("size buckets %v, want %v", got, want)
+	}
+}
+
+func TestSizeBuckets(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	b := []float64{10, 100}
+	met, err := prom.New(reg, prom.WithSizeBuckets(b...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[0] = 50 // the option copied its buckets
+	met.Observer()(httptest.NewRequest("POST", "/", nil), middleware.Event{Kind: middleware.EventKept, Size: 10})
+	if got := bucketBounds(t, reg, "idemkey_kept_record_bytes"); !slices.Equal(got, []float64{10, 100}) {
+		t.Errorf("size buckets %v, want [10 100]", got)
+	}
+}
+
+func bucketBounds(t *testing.T, g prometheus.Gatherer, name string) []float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		var got []float64
+		for _, b := range mf.GetMetric()[0].GetHistogram().GetBucket() {
+			got = append(got, b.GetUpperBound())
+		}
+		return got
+	}
+	t.Fatalf("no %s gathered", name)
+	return nil
+}
+
+// TestNewErrors: New reports a nil registerer, every invalid option value
+// and every nil option, all at once and without panicking.
+func TestNewErrors(t *testing.T) {
+	reg := prometheus.NewRegistry()
 	for name, opt := range map[string]prom.Option{
-		"nil option":         nil,
-		"nil route":          prom.WithRoute(nil),
-		"no latency buckets": prom.WithLatencyBuckets(),
-		"unsorted buckets":   prom.WithSizeBuckets(10, 5),
-		"repeated bucket":    prom.WithLatencyBuckets(1, 1),
+		"nil option":           nil,
+		"no latency buckets":   prom.WithLatencyBuckets(),
+		"unsorted buckets":     prom.WithSizeBuckets(10, 5),
+		"repeated bucket":      prom.WithLatencyBuckets(1, 1),
+		"NaN bucket":           prom.WithSizeBuckets(math.NaN()),
+		"empty label name":     prom.WithConstLabels(prometheus.Labels{"": "x"}),
+		"reserved label name":  prom.WithConstLabels(prometheus.Labels{"__name__": "x"}),
+		"label used by metric": prom.WithConstLabels(prometheus.Labels{"route": "x"}),
+		"le label":             prom.WithConstLabels(prometheus.Labels{"le": "1"}), // client_golang panics on it
+		"label value not UTF8": prom.WithConstLabels(prometheus.Labels{"service": "\xff"}),
 	} {
 		if _, err := prom.New(reg, opt); err == nil {
 			t.Errorf("%s accepted", name)
+		} else if !strings.HasPrefix(err.Error(), "idemkey: prom: ") {
+			t.Errorf("%s: error %q without the package prefix", name, err)
 		}
 	}
-	if _, err := prom.New(reg); err != nil {
-		t.Fatalf("first New on a registry: %v", err)
+
+	_, err := prom.New(nil, prom.WithLatencyBuckets(), nil, prom.WithSizeBuckets(2, 1))
+	if err == nil {
+		t.Fatal("nil registerer and invalid options accepted")
 	}
-	_, err := prom.New(reg)
+	for _, want := range []string{"nil registerer", "latency buckets: none given", "option 2 is nil", "size buckets: not in strictly increasing order"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not report %q", err, want)
+		}
+	}
+
+	if _, err := prom.New(reg, prom.WithConstLabels(nil)); err != nil {
+		t.Fatalf("New with no const labels: %v", err)
+	}
+	_, err = prom.New(reg)
 	var are prometheus.AlreadyRegisteredError
 	if !errors.As(err, &are) {
 		t.Errorf("second New on one registry: %v, want AlreadyRegisteredError", err)
 	}
 }
 
-func TestRecordSize(t *testing.T) {
-	rec := &store.Record{
-		Header: http.Header{"Content-Type": {"application/json"}, "Vary": {"Accept", "Origin"}},
-		Body:   []byte("12345"),
+// TestConstLabelsCopied: a change to the map after New does not reach the
+// metrics.
+func TestConstLabelsCopied(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	l := prometheus.Labels{"service": "pay"}
+	met, err := prom.New(reg, prom.WithConstLabels(l))
+	if err != nil {
+		t.Fatal(err)
 	}
-	want := 5 + len("Content-Type") + len("application/json") + len("Vary") + len("Accept") + len("Origin")
-	if got := prom.RecordSize(rec); got != want {
-		t.Errorf("RecordSize = %d, want %d", got, want)
+	l["service"] = "other"
+	met.Observer()(httptest.NewRequest("POST", "/", nil), middleware.Event{Kind: middleware.EventKeyMissing, Route: "POST /x"})
+	want := `
+# HELP idemkey_events_total Decisions of the idempotency middleware, by event and route.
+# TYPE idemkey_events_total counter
+idemkey_events_total{event="key_missing",route="POST /x",service="pay"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idemkey_events_total"); err != nil {
+		t.Fatal(err)
 	}
 }

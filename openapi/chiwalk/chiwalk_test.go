@@ -177,3 +177,83 @@ func TestWrappedTwice(t *testing.T) {
 		t.Error("a route under two idempotency layers gave no error")
 	}
 }
+
+// TestTwoMiddlewares: two Middlewares with different headers on one chi
+// router, attached on routes, in sub-routers' Use and as handlers; each
+// Operations call lists exactly its own routes, and each document names
+// its own header.
+func TestTwoMiddlewares(t *testing.T) {
+	mem, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	a, err := middleware.New(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := middleware.New(mem, middleware.WithHeader("X-Partner-Key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := chi.NewRouter()
+	r.Use(auth)
+	r.With(a.Required()).Post("/payments", handle)
+	r.Method(http.MethodDelete, "/payments/{id}", a.Optional()(http.HandlerFunc(handle)))
+	r.With(b.Required()).Post("/partner/orders", handle)
+	r.Method(http.MethodDelete, "/partner/orders/{id}", b.Required()(http.HandlerFunc(handle)))
+	r.Route("/v2", func(r chi.Router) {
+		r.Use(a.Handler)
+		r.Post("/refunds", handle)
+	})
+	r.Route("/partner/v2", func(r chi.Router) {
+		r.Use(b.Optional())
+		r.Patch("/orders/{id}", handle)
+	})
+	r.Post("/webhooks", handle)
+	eps, err := chiwalk.Endpoints(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		m      *middleware.Middleware
+		header string
+		want   []string
+	}{
+		{"a", a, "Idempotency-Key", []string{
+			"POST /payments true",
+			"DELETE /payments/{id} false",
+			"POST /v2/refunds false",
+		}},
+		{"b", b, "X-Partner-Key", []string{
+			"POST /partner/orders true",
+			"DELETE /partner/orders/{id} true",
+			"PATCH /partner/v2/orders/{id} false",
+		}},
+	} {
+		ops, err := openapi.Operations(c.m, eps)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var got []string
+		for _, op := range ops {
+			got = append(got, fmt.Sprintf("%s %s %v", op.Method, op.Path, op.Route.Required))
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: operations:\n got %q\nwant %q", c.name, got, c.want)
+		}
+		doc, err := openapi.New(c.m, eps)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		for _, p := range doc.Components.Parameters {
+			if p.Name != c.header {
+				t.Errorf("%s: key parameter names header %q, want %q", c.name, p.Name, c.header)
+			}
+		}
+		if len(doc.Components.Parameters) == 0 {
+			t.Errorf("%s: no key parameter", c.name)
+		}
+	}
+}

@@ -147,11 +147,9 @@ func Run(ctx context.Context, getenv func(string) string, logger *slog.Logger, r
 	if err != nil {
 		return err
 	}
-	logEvent, countEvent := middleware.SlogObserver(logger), met.Observer()
-	idem, err := middleware.New(met.Store(backend.Store), middleware.WithObserver(func(r *http.Request, e middleware.Event) {
-		logEvent(r, e)
-		countEvent(r, e)
-	}))
+	idem, err := middleware.New(backend.Store,
+		middleware.WithObserver(middleware.SlogObserver(logger)),
+		middleware.WithObserver(met.Observer()))
 	if err != nil {
 		return err
 	}
