@@ -27,7 +27,7 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, buf *bodyB
 		return nil, nil
 	}
 	var rc *http.ResponseController
-	if d := m.bodyTimeout(r); d > 0 {
+	if d := m.bodyTimeout(r); d > 0 && canSetReadDeadline(w) {
 		rc = http.NewResponseController(w)
 		if rc.SetReadDeadline(time.Now().Add(d)) != nil {
 			rc = nil
@@ -57,6 +57,23 @@ func (m *Middleware) bodyTimeout(r *http.Request) time.Duration {
 		}
 	}
 	return m.cfg.bodyTimeout
+}
+
+// canSetReadDeadline reports whether http.ResponseController can set w's
+// read deadline: w, or a writer its Unwrap chain reaches, has
+// SetReadDeadline. (Asking first spares the error the controller makes for
+// a writer that cannot.)
+func canSetReadDeadline(w http.ResponseWriter) bool {
+	for {
+		switch t := w.(type) {
+		case interface{ SetReadDeadline(time.Time) error }:
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return false
+		}
+	}
 }
 
 // readInto reads all of body into buf, up to limit bytes, growing buf only

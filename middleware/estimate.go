@@ -32,20 +32,35 @@ func (t *runTimes) add(d time.Duration) {
 func (t *runTimes) estimate() time.Duration { return time.Duration(t.avg.Load()) }
 
 // retryAfter is the Retry-After hint, in whole seconds, for a repeat that
-// finds its key in flight under res at now: when the first request is
-// likely done (the route's estimate less how long it has run), at least 1,
-// and never more than the claim's remaining life. Before the route has
-// finished a first run it answers 1: poll soon.
+// finds its key in flight under res at now, never more than the claim's
+// remaining life and at least 1:
+//
+//   - while the first request runs within what is usual for the route (up
+//     to twice its estimate, and never past its deadline): when it is likely
+//     done, the estimate less how long it has run; before the route has
+//     finished a first run, 1 (poll soon);
+//   - once it runs longer than that, it is stuck or its process died: the
+//     key is settled by the end of the claim's life at the latest (its
+//     owner finishes, or the claim lapses), so the hint is that life. A
+//     client that polled every second would spend its attempts before the
+//     claim of a dead instance lapsed.
 func (h *handler) retryAfter(res store.Result, now time.Time) int {
-	left := h.runs.estimate()
-	if left > 0 {
-		elapsed := h.route.Deadline + ClaimMargin - res.TTL // without ClaimedAt: assume the route's TTL
-		if !res.ClaimedAt.IsZero() {
-			elapsed = now.Sub(res.ClaimedAt)
-		}
-		left -= max(elapsed, 0)
+	elapsed := h.route.Deadline + ClaimMargin - res.TTL // without ClaimedAt: assume the route's TTL
+	if !res.ClaimedAt.IsZero() {
+		elapsed = now.Sub(res.ClaimedAt)
 	}
-	left = min(left, res.TTL)
+	est := h.runs.estimate()
+	usual := h.route.Deadline
+	if est > 0 {
+		usual = min(usual, 2*est)
+	}
+	var left time.Duration
+	switch {
+	case elapsed >= usual:
+		left = res.TTL
+	case est > 0:
+		left = min(est-elapsed, res.TTL)
+	}
 	return max(seconds(left), 1)
 }
 

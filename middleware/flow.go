@@ -86,9 +86,9 @@ type attempt struct {
 	start  time.Time // when the claim was made
 
 	// While the attempt owns the key:
-	tx    store.Tx   // the handler's transaction, with a store.TxStore
-	beat  *heartbeat // extends the claim while the handler runs
-	ended bool       // the record was kept, or the claim released
+	tx    store.Tx // the handler's transaction, with a store.TxStore
+	held  bool     // the claim is kept alive while the handler runs (Middleware.beats)
+	ended bool     // the record was kept, or the claim released
 }
 
 type claimOutcome struct {
@@ -212,10 +212,11 @@ func (a *attempt) run() {
 	ev.StoreLatency = time.Since(a.start)
 	m.emit(a.r, ev)
 	if m.ext != nil && a.tx == nil {
-		a.beat = startHeartbeat(a)
+		a.held = true
+		m.beats.hold(m, a)
 		// Once the handler has returned, the claim is kept, released, or
 		// (when keeping failed) left to lapse: never held any longer.
-		defer a.beat.stop()
+		defer a.end()
 	}
 
 	cw, w := newCapture(a.w, m.cfg.maxResponseBody, m.cfg.keepHeader, a)
@@ -345,11 +346,12 @@ func (a *attempt) release(status int) {
 	m.emit(a.r, ev)
 }
 
-// end marks the claim as settled: kept or released.
+// end marks the claim as settled (kept or released) and stops holding it.
 func (a *attempt) end() {
 	a.ended = true
-	if a.beat != nil {
-		a.beat.stop()
+	if a.held {
+		a.held = false
+		a.h.m.beats.drop(a)
 	}
 }
 
@@ -406,62 +408,101 @@ func (m *Middleware) releaseAbandoned(r *http.Request, skey, token, digest strin
 	}()
 }
 
-// heartbeat extends the claim of a handler that runs longer than a third
-// of its claim's life, every third of that life, until stopped. Its
-// events are reported from the timer's goroutine.
-type heartbeat struct {
-	a     *attempt
-	every time.Duration
-
+// beats holds the claims a Middleware keeps alive while their handlers run:
+// each is extended every third of its life, by a scan every beatScan that
+// runs on one timer while any claim is held, and not at all otherwise.
+// Holding a claim costs a map insert, not a timer or a goroutine.
+type beats struct {
 	mu      sync.Mutex
-	t       *time.Timer
-	stopped bool
+	due     map[*attempt]time.Time // when each claim's next extension is due
+	scan    *time.Timer            // made on first use; armed while due is not empty
+	running bool
 }
 
-func startHeartbeat(a *attempt) *heartbeat {
-	b := &heartbeat{a: a, every: a.claim.TTL / 3}
+// beatScan is how often due extensions are looked for. A claim lives at
+// least ClaimMargin (5 s), so a third of it plus beatScan still falls well
+// inside its life.
+const beatScan = time.Second
+
+// hold starts keeping a's claim alive.
+func (b *beats) hold(m *Middleware, a *attempt) {
 	b.mu.Lock()
-	b.t = time.AfterFunc(b.every, b.beat)
-	b.mu.Unlock()
-	return b
+	defer b.mu.Unlock()
+	if b.due == nil {
+		b.due = make(map[*attempt]time.Time)
+	}
+	b.due[a] = a.start.Add(a.claim.TTL / 3)
+	switch {
+	case b.running:
+	case b.scan == nil:
+		b.scan = time.AfterFunc(beatScan, func() { b.run(m) })
+		b.running = true
+	default:
+		b.scan.Reset(beatScan)
+		b.running = true
+	}
 }
 
-func (b *heartbeat) beat() {
-	a := b.a
-	m := a.h.m
+// drop stops keeping a's claim alive: it was kept, released, or (when
+// keeping failed) is left to lapse. An extension under way is ignored.
+func (b *beats) drop(a *attempt) {
+	b.mu.Lock()
+	delete(b.due, a)
+	if len(b.due) == 0 && b.running {
+		b.running = false
+		b.scan.Stop()
+	}
+	b.mu.Unlock()
+}
+
+// run extends the claims that are due, and arms the next scan.
+func (b *beats) run(m *Middleware) {
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.running {
+		return // stopped as it fired
+	}
+	for a, due := range b.due {
+		if now.Before(due) {
+			continue
+		}
+		// Not due again until this extension has answered.
+		b.due[a] = now.Add(a.claim.TTL)
+		go b.extend(m, a)
+	}
+	b.scan.Reset(beatScan)
+}
+
+// extend lengthens a's claim to its whole life again. Its events are
+// reported from the scanner's goroutines.
+func (b *beats) extend(m *Middleware, a *attempt) {
 	ctx, cancel := m.detached(a.r)
 	t := time.Now()
 	err := m.ext.Extend(ctx, a.skey, a.claim.Token, a.claim.TTL)
 	cancel()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.stopped {
+	if _, ok := b.due[a]; !ok {
 		// The claim was settled meanwhile: whatever Extend found says
 		// nothing about the key.
 		return
 	}
 	switch {
 	case errors.Is(err, store.ErrNotOwner):
+		delete(b.due, a)
 		ev := a.event(EventOwnershipLost)
 		ev.StoreLatency, ev.Err = time.Since(t), err
 		m.emit(a.r, ev)
-		return
 	case err != nil:
+		// Try again soon: the claim has a third of its life left at least.
+		b.due[a] = time.Now()
 		ev := a.event(EventStoreError)
 		ev.StoreLatency, ev.Err = time.Since(t), err
 		m.emit(a.r, ev)
-		// Try again soon: the claim has a third of its life left at least.
-		b.t.Reset(min(time.Second, b.every))
-		return
+	default:
+		b.due[a] = time.Now().Add(a.claim.TTL / 3)
 	}
-	b.t.Reset(b.every)
-}
-
-func (b *heartbeat) stop() {
-	b.mu.Lock()
-	b.stopped = true
-	b.t.Stop()
-	b.mu.Unlock()
 }
 
 // refuse writes one of the middleware's problems and reports ev (when its

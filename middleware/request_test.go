@@ -180,6 +180,37 @@ func TestRetryAfterHintsWhenTheFirstRequestIsLikelyDone(t *testing.T) {
 			t.Errorf("1.9 s into a 2 s run: Retry-After %s, want 1", got)
 		}
 	})
+	// A first request that runs far longer than usual is stuck, or its
+	// instance died: the hint is the claim's remaining life, by the end of
+	// which the key is settled, not a second that would burn the client's
+	// attempts.
+	synctest.Test(t, func(t *testing.T) {
+		st, _ := memory.New()
+		defer st.Close()
+		mw, _ := middleware.New(st)
+		slow := false
+		h := mw.Required(middleware.Deadline(10*time.Second))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if slow {
+				time.Sleep(8 * time.Second)
+			} else {
+				time.Sleep(2 * time.Second)
+			}
+			w.WriteHeader(http.StatusCreated)
+		}))
+		serve(h, post("a", `{}`)) // the route's estimate: 2 s
+		slow = true
+		done := make(chan struct{})
+		go func() {
+			serve(h, post("b", `{}`))
+			close(done)
+		}()
+		time.Sleep(4 * time.Second)
+		w := serve(h, post("b", `{}`))
+		<-done
+		if got := w.Header().Get("Retry-After"); got != "11" {
+			t.Errorf("4 s into a run that usually takes 2 s (claim life 15 s): Retry-After %s, want the remaining 11", got)
+		}
+	})
 }
 
 func TestObserversComposeAndSeeRouteAndSize(t *testing.T) {
