@@ -189,7 +189,7 @@ func TestRetryAfterHintsWhenTheFirstRequestIsLikelyDone(t *testing.T) {
 		defer st.Close()
 		mw, _ := middleware.New(st)
 		slow := false
-		h := mw.Required(middleware.Deadline(10*time.Second))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := mw.Required(middleware.Deadline(10 * time.Second))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if slow {
 				time.Sleep(8 * time.Second)
 			} else {
