@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/idemkey/idemkey/internal/option"
 )
 
 // Transport is an http.RoundTripper that sends one idempotency key on every
@@ -27,13 +29,12 @@ type Transport struct {
 
 // New returns a Transport configured by opts, with the defaults of the
 // Default constants for every option not given. It returns an error, and no
-// Transport, when an option's value is invalid.
+// Transport, when an option's value is invalid or an option is nil; the
+// error reports every such option.
 func New(opts ...Option) (*Transport, error) {
 	c := defaultConfig()
-	for _, o := range opts {
-		if err := o(&c); err != nil {
-			return nil, err
-		}
+	if err := option.Apply("idemkey: client", &c, opts); err != nil {
+		return nil, err
 	}
 	return &Transport{config: c, now: time.Now, sleep: sleep, jitter: rand.Int64N}, nil
 }
