@@ -42,6 +42,13 @@
 // derived from it is the same too: the downstream service replays its first
 // answer instead of acting twice.
 //
+// A key is 1 to 255 printable ASCII characters ([idemkey.ValidKey]); any
+// other key from WithKey or the key generator fails the request with
+// [ErrInvalidKey] before anything is sent. Keys are sent with
+// [idemkey.FormatKey]: bare, or as a quoted string when they hold a comma, a
+// double quote or a space at either end. The header name, the key grammar
+// and the covered methods are the protocol's, from package idemkey.
+//
 // # What is retried
 //
 // A request is retried only while all of these hold: fewer than the maximum

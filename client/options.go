@@ -7,12 +7,15 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/idemkey/idemkey"
 )
 
 // The defaults New applies. Each option's doc comment says which it replaces.
 const (
-	// DefaultHeader is the request header that carries the key.
-	DefaultHeader = "Idempotency-Key"
+	// DefaultHeader is the request header that carries the key: the
+	// protocol's idemkey.Header.
+	DefaultHeader = idemkey.Header
 	// DefaultMaxAttempts is the most attempts one logical request makes,
 	// the first included.
 	DefaultMaxAttempts = 4

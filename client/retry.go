@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemkey/idemkey"
 )
 
 // Attempt describes one finished attempt of a logical request, for a
@@ -56,7 +58,7 @@ func DefaultRetryPolicy(a Attempt) bool {
 		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return true
 	case http.StatusConflict:
-		return a.Request == nil || !readMethod(methodOf(a.Request))
+		return a.Request == nil || !idemkey.Safe(methodOf(a.Request))
 	}
 	return false
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/internal/option"
 )
 
@@ -87,16 +88,20 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		tr.Key = key
 	}
 	// Reads are retried freely; anything else only with a key.
-	retryable := t.maxAttempts > 1 && (readMethod(method) || key != "")
+	retryable := t.maxAttempts > 1 && (idemkey.Safe(method) || key != "")
 	body, err := t.newBodySource(req, retryable)
 	if err != nil {
 		return nil, err
 	}
 
+	var header string
+	if set {
+		header = idemkey.FormatKey(key)
+	}
 	for n := 1; ; n++ {
 		out := req.Clone(ctx)
 		if set {
-			out.Header.Set(t.header, key)
+			out.Header.Set(t.header, header)
 		}
 		if n == 1 {
 			out.Body = body.first
