@@ -205,8 +205,8 @@ func TestConflictThenSuccessHonoursRetryAfter(t *testing.T) {
 	if err != nil || secs < 1 {
 		t.Fatalf("Retry-After %q is not whole seconds", afters[0])
 	}
-	if got := clk.Sleeps(); !slices.Equal(got, []time.Duration{time.Duration(secs) * time.Second}) {
-		t.Errorf("waits = %v, want the server's %ds", got, secs)
+	if got := clk.Sleeps(); !slices.Equal(got, []time.Duration{time.Duration(secs)*time.Second + 100*time.Millisecond - 1}) {
+		t.Errorf("waits = %v, want the server's %ds and the first backoff", got, secs)
 	}
 	if runs.Load() != 1 || trace.Attempts != 2 {
 		t.Errorf("%d runs, %d attempts; want 1 and 2", runs.Load(), trace.Attempts)

@@ -134,16 +134,22 @@ func (t *Transport) backoffCeiling(n int) time.Duration {
 }
 
 // wait is how long to wait after attempt n, which ended with resp (nil for a
-// transport error). It reports false when the server asks for a wait longer
-// than the Retry-After limit.
+// transport error): the jittered backoff, after the server's Retry-After
+// when it sent one. Adding the backoff to the hint, rather than taking the
+// larger of the two, keeps the jitter when the hint is the longer: an
+// idemkey server's 409 hints at least one second, and clients told the same
+// second must not all come back in the same instant. It reports false when
+// the server asks for a wait longer than the Retry-After limit.
 func (t *Transport) wait(n int, resp *http.Response) (time.Duration, bool) {
-	ceiling := t.backoffCeiling(n)
-	d := time.Duration(t.jitter(int64(ceiling)))
+	d := time.Duration(t.jitter(int64(t.backoffCeiling(n))))
 	if ra, ok := retryAfter(resp, t.now()); ok {
 		if ra > t.retryAfterLimit {
 			return 0, false
 		}
-		d = max(d, ra)
+		if d > maxDuration-ra {
+			return maxDuration, true
+		}
+		d += ra
 	}
 	return d, true
 }
