@@ -48,7 +48,7 @@ type RetryPolicy func(a Attempt) bool
 // or any other status.
 func DefaultRetryPolicy(a Attempt) bool {
 	if a.Err != nil {
-		return retryableError(a.Err)
+		return RetryableError(a.Err)
 	}
 	if a.Response == nil || Replayed(a.Response) {
 		return false
@@ -63,8 +63,27 @@ func DefaultRetryPolicy(a Attempt) bool {
 	return false
 }
 
-// retryableError reports whether another attempt could end differently.
-func retryableError(err error) bool {
+// Resendable reports whether a request may be sent again at all once it may
+// have reached the server: a read (idemkey.Safe: GET, HEAD, OPTIONS,
+// TRACE), or a request that carries an idempotency key (keyed), which the
+// server runs once whatever the number of copies. A request that is neither
+// is sent once: its reply lost, nobody can tell whether it ran.
+//
+// Resendable and RetryableError are the rule for a request whose attempt
+// ended without a response, the same on both sides of a fleet: the
+// Transport applies it between its attempts and package gateway between
+// upstreams. Where they differ, and why, is written in the gateway's
+// package documentation.
+func Resendable(method string, keyed bool) bool {
+	return keyed || idemkey.Safe(method)
+}
+
+// RetryableError reports whether another attempt after the transport error
+// err could end differently: every transport error (connection refused or
+// reset, EOF before a response, a timeout) except TLS certificate and
+// record errors, which another attempt would meet again. It does not look
+// at the caller's context: a caller whose context is done stops anyway.
+func RetryableError(err error) bool {
 	var (
 		verify    *tls.CertificateVerificationError
 		record    tls.RecordHeaderError

@@ -88,7 +88,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		tr.Key = key
 	}
 	// Reads are retried freely; anything else only with a key.
-	retryable := t.maxAttempts > 1 && (idemkey.Safe(method) || key != "")
+	retryable := t.maxAttempts > 1 && Resendable(method, key != "")
 	body, err := t.newBodySource(req, retryable)
 	if err != nil {
 		return nil, err
