@@ -531,3 +531,51 @@ func TestBodyTooLargeForTheFront(t *testing.T) {
 		t.Errorf("the upstream saw %d requests, want none", a.seen.Load())
 	}
 }
+
+// TestConflictFromAnotherUpstreamPassesThrough: instance a dies while its
+// payment is still running; the gateway sends the request to b, whose 409
+// (the first run is in flight) goes back to the client as it is, with its
+// Retry-After. Once a's handler has finished, the client's retry with the
+// same key gets the replay from b. The handler ran once.
+func TestConflictFromAnotherUpstreamPassesThrough(t *testing.T) {
+	app := newPayments(t)
+	a, b := startInstance(t, "a", app), startInstance(t, "b", app)
+	started, hold := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	app.onRun = func(in *instance) {
+		once.Do(func() {
+			close(started)
+			<-hold
+		})
+	}
+	g, _ := newGateway(t, []string{a.URL(), b.URL()})
+	srv := front(t, g)
+
+	first := make(chan answer, 1)
+	go func() { first <- do(t, postReq(t, context.Background(), srv.URL+"/payments", "pay-9", `{"amount":3}`)) }()
+	<-started
+	a.Stop() // the payment is still running on a
+	got := <-first
+	checkProblem(t, got, http.StatusConflict, "conflict")
+	if got.Header.Get("Retry-After") == "" {
+		t.Error("the 409 lost its Retry-After")
+	}
+	if a.seen.Load() != 1 || b.seen.Load() != 1 || app.Runs("pay-9") != 1 {
+		t.Errorf("a saw %d, b %d, %d runs; want 1, 1 and 1", a.seen.Load(), b.seen.Load(), app.Runs("pay-9"))
+	}
+
+	close(hold) // a's handler returns and its answer is kept
+	for try := 0; ; try++ {
+		got = do(t, postReq(t, context.Background(), srv.URL+"/payments", "pay-9", `{"amount":3}`))
+		if got.Status != http.StatusConflict || try == 1000 {
+			break
+		}
+		time.Sleep(time.Millisecond) // until a's record is kept
+	}
+	if got.Status != http.StatusCreated || got.Header.Get(idemkey.HeaderReplayed) != "true" || got.Instance != "a" {
+		t.Errorf("retry: %d replayed=%q from %q, want a's 201 replayed by b", got.Status, got.Header.Get(idemkey.HeaderReplayed), got.Instance)
+	}
+	if app.Runs("pay-9") != 1 {
+		t.Errorf("the handler ran %d times, want once", app.Runs("pay-9"))
+	}
+}
