@@ -201,7 +201,7 @@ func (g *Gateway) failed(req *http.Request, resendable, sentAny bool, lastErr er
 	case errors.Is(ctxErr, context.DeadlineExceeded):
 		return problemResponse(req, problemTimeout), nil
 	case ctxErr != nil:
-		return nil, fmt.Errorf("idemkey: gateway: %w", context.Cause(req.Context()))
+		return nil, fmt.Errorf("idemkey: gateway: %w", ctxErr)
 	case errors.Is(lastErr, ErrRequestBody):
 		return nil, lastErr
 	}
