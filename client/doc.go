@@ -42,6 +42,13 @@
 // derived from it is the same too: the downstream service replays its first
 // answer instead of acting twice.
 //
+// A key is 1 to 255 printable ASCII characters ([idemkey.ValidKey]); any
+// other key from WithKey or the key generator fails the request with
+// [ErrInvalidKey] before anything is sent. Keys are sent with
+// [idemkey.FormatKey]: bare, or as a quoted string when they hold a comma, a
+// double quote or a space at either end. The header name, the key grammar
+// and the covered methods are the protocol's, from package idemkey.
+//
 // # What is retried
 //
 // A request is retried only while all of these hold: fewer than the maximum
@@ -72,8 +79,14 @@
 //
 // Before attempt n+1 the transport waits a random time between zero and
 // min(cap, base × 2^(n-1)) ("full jitter": base 100ms and cap 5s by default).
-// When the response carries Retry-After (seconds or an HTTP date) the wait
-// is at least that long; a Retry-After longer than the limit set with
+// When the response carries Retry-After (seconds or an HTTP date) the
+// transport waits that long first and then the random time: at least the
+// server's hint, and never in step with other clients told the same hint.
+// An idemkey server's 409 hints when the first request with the key is
+// likely done, at least one second: with short hints it is the attempts
+// and the context, not the hint, that bound how long the transport keeps
+// asking (about maxAttempts-1 hints; raise [WithMaxAttempts] for operations
+// that run for many seconds). A Retry-After longer than the limit set with
 // [WithRetryAfterLimit] (default one minute) is not waited for and the
 // response goes back to the caller. The transport never sleeps past the
 // request context's deadline: when the next wait would end at or after it,

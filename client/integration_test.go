@@ -205,8 +205,8 @@ func TestConflictThenSuccessHonoursRetryAfter(t *testing.T) {
 	if err != nil || secs < 1 {
 		t.Fatalf("Retry-After %q is not whole seconds", afters[0])
 	}
-	if got := clk.Sleeps(); !slices.Equal(got, []time.Duration{time.Duration(secs) * time.Second}) {
-		t.Errorf("waits = %v, want the server's %ds", got, secs)
+	if got := clk.Sleeps(); !slices.Equal(got, []time.Duration{time.Duration(secs)*time.Second + 100*time.Millisecond - 1}) {
+		t.Errorf("waits = %v, want the server's %ds and the first backoff", got, secs)
 	}
 	if runs.Load() != 1 || trace.Attempts != 2 {
 		t.Errorf("%d runs, %d attempts; want 1 and 2", runs.Load(), trace.Attempts)
@@ -421,4 +421,36 @@ func TestDerivedKeysAcrossARetriedRequest(t *testing.T) {
 func downstreamHost(s *httptest.Server) string {
 	req, _ := http.NewRequest(http.MethodGet, s.URL, nil)
 	return req.URL.Host
+}
+
+// TestQuotedKeyReachesTheHandler: a key the bare form cannot carry reaches
+// the middleware intact, and a lost reply is replayed under it.
+func TestQuotedKeyReachesTheHandler(t *testing.T) {
+	var runs atomic.Int32
+	var seen []string
+	var mu sync.Mutex
+	m := protected(t)
+	srv := lossyServer(t, m.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		k, _ := idemkey.FromContext(r.Context())
+		mu.Lock()
+		seen = append(seen, k.Value)
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	})), 1)
+	tr, _ := newTest(t, WithBase(noKeepAlive(t)))
+	const key = `order "9", line 2 `
+	resp, err := tr.RoundTrip(post(t, WithKey(context.Background(), key), srv.URL, "{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || !Replayed(resp) || runs.Load() != 1 {
+		t.Errorf("got %d replayed %v after %d runs, want the kept 201 after one run", resp.StatusCode, Replayed(resp), runs.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(seen, []string{key}) {
+		t.Errorf("the handler saw keys %q, want [%q]", seen, key)
+	}
 }

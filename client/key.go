@@ -10,9 +10,13 @@ import (
 )
 
 // ErrInvalidKey is returned, wrapped, by RoundTrip when the key from WithKey
-// or from the key generator is not 1 to 255 printable ASCII characters
-// (0x20 to 0x7E) other than comma and double quote, with no space at either
-// end: the bare form an idemkey server (and Stripe) accepts. Nothing is sent.
+// or from the key generator is not 1 to idemkey.MaxKeyLength (255) printable
+// ASCII characters, 0x20 to 0x7E (see idemkey.ValidKey). Nothing is sent.
+//
+// A valid key is sent with idemkey.FormatKey: bare when the bare form
+// carries it unchanged (as Stripe's clients send keys), otherwise as a
+// quoted structured-field string (a key with a comma, a double quote, or a
+// space at either end), which an idemkey server reads back as the same key.
 var ErrInvalidKey = errors.New("idemkey: client: invalid idempotency key")
 
 type keyContextKey struct{}
@@ -38,35 +42,21 @@ func WithCallName(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, callNameContextKey{}, name)
 }
 
-// autoKeyMethod reports whether method gets an automatic key.
-func autoKeyMethod(method string) bool {
-	switch method {
-	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-		return true
-	}
-	return false
-}
-
-// readMethod reports whether method is safe: it changes nothing on the
-// server and may be retried without a key.
-func readMethod(method string) bool {
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-		return true
-	}
-	return false
-}
-
 // chooseKey picks the key of the logical request req. It returns the key
 // ("" for none) and whether the transport must set the header (false when
-// the caller's own header is on the request).
+// the caller's own header is on the request). The caller's header is sent
+// as it is; the key reported for it is the one it carries (unquoted), or
+// its first value when it cannot be read, which the server will refuse.
 func (t *Transport) chooseKey(req *http.Request, method string) (key string, set bool, err error) {
 	if vs := req.Header.Values(t.header); len(vs) > 0 {
+		if k, err := idemkey.ParseKey(vs); err == nil {
+			return k, false, nil
+		}
 		return strings.TrimSpace(vs[0]), false, nil
 	}
 	ctx := req.Context()
 	if k, _ := ctx.Value(keyContextKey{}).(string); k != "" {
-		if !validKey(k) {
+		if !idemkey.ValidKey(k) {
 			return "", false, errorf("key from WithKey: %w", ErrInvalidKey)
 		}
 		return k, true, nil
@@ -77,14 +67,14 @@ func (t *Transport) chooseKey(req *http.Request, method string) (key string, set
 			return in.Derive(name), true, nil
 		}
 	}
-	if !t.autoKey || !autoKeyMethod(method) {
+	if !t.autoKey || !idemkey.Mutation(method) {
 		return "", false, nil
 	}
 	if hasIn {
 		return in.Derive(endpointName(method, req)), true, nil
 	}
 	k := t.newKey()
-	if !validKey(k) {
+	if !idemkey.ValidKey(k) {
 		return "", false, errorf("key from the key generator: %w", ErrInvalidKey)
 	}
 	return k, true, nil
@@ -98,20 +88,4 @@ func endpointName(method string, req *http.Request) string {
 		host = req.Host
 	}
 	return method + " " + strings.ToLower(host) + req.URL.EscapedPath()
-}
-
-// validKey reports whether k is 1 to 255 printable ASCII characters other
-// than comma and double quote, with no space at either end. A comma would
-// read as two header values folded into one, a leading double quote as the
-// quoted form.
-func validKey(k string) bool {
-	if k == "" || len(k) > 255 || k[0] == ' ' || k[len(k)-1] == ' ' {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		if c := k[i]; c < 0x20 || c > 0x7e || c == ',' || c == '"' {
-			return false
-		}
-	}
-	return true
 }

@@ -7,12 +7,15 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/idemkey/idemkey"
 )
 
 // The defaults New applies. Each option's doc comment says which it replaces.
 const (
-	// DefaultHeader is the request header that carries the key.
-	DefaultHeader = "Idempotency-Key"
+	// DefaultHeader is the request header that carries the key: the
+	// protocol's idemkey.Header.
+	DefaultHeader = idemkey.Header
 	// DefaultMaxAttempts is the most attempts one logical request makes,
 	// the first included.
 	DefaultMaxAttempts = 4
@@ -29,7 +32,10 @@ const (
 	DefaultBodyBufferLimit = 1 << 20
 )
 
-// An Option configures a Transport made by New.
+// An Option configures a Transport made by New. Options are applied in
+// order, a later one overriding an earlier one of the same kind; New reports
+// every invalid value, and every nil option, in one error and returns no
+// Transport.
 type Option func(*config) error
 
 type config struct {
@@ -74,7 +80,7 @@ func errorf(format string, args ...any) error {
 func WithBase(rt http.RoundTripper) Option {
 	return func(c *config) error {
 		if rt == nil {
-			return errorf("WithBase: nil RoundTripper")
+			return fmt.Errorf("WithBase: nil RoundTripper")
 		}
 		c.base = rt
 		return nil
@@ -87,7 +93,7 @@ func WithBase(rt http.RoundTripper) Option {
 func WithHeader(name string) Option {
 	return func(c *config) error {
 		if !validToken(name) {
-			return errorf("WithHeader: %q is not a valid header name", name)
+			return fmt.Errorf("WithHeader: %q is not a valid header name", name)
 		}
 		c.header = http.CanonicalHeaderKey(name)
 		return nil
@@ -100,7 +106,7 @@ func WithHeader(name string) Option {
 func WithMaxAttempts(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
-			return errorf("WithMaxAttempts: %d is less than 1", n)
+			return fmt.Errorf("WithMaxAttempts: %d is less than 1", n)
 		}
 		c.maxAttempts = n
 		return nil
@@ -114,10 +120,10 @@ func WithMaxAttempts(n int) Option {
 func WithBackoff(base, cap time.Duration) Option {
 	return func(c *config) error {
 		if base <= 0 {
-			return errorf("WithBackoff: base %v is not positive", base)
+			return fmt.Errorf("WithBackoff: base %v is not positive", base)
 		}
 		if cap < base {
-			return errorf("WithBackoff: cap %v is less than base %v", cap, base)
+			return fmt.Errorf("WithBackoff: cap %v is less than base %v", cap, base)
 		}
 		c.backoffBase, c.backoffCap = base, cap
 		return nil
@@ -133,7 +139,7 @@ func WithBackoff(base, cap time.Duration) Option {
 func WithRetryAfterLimit(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
-			return errorf("WithRetryAfterLimit: %v is negative", d)
+			return fmt.Errorf("WithRetryAfterLimit: %v is negative", d)
 		}
 		c.retryAfterLimit = d
 		return nil
@@ -148,7 +154,7 @@ func WithRetryAfterLimit(d time.Duration) Option {
 func WithKeyGenerator(fn func() string) Option {
 	return func(c *config) error {
 		if fn == nil {
-			return errorf("WithKeyGenerator: nil function")
+			return fmt.Errorf("WithKeyGenerator: nil function")
 		}
 		c.newKey = fn
 		return nil
@@ -176,7 +182,7 @@ func WithoutAutoKey() Option {
 func WithRetryPolicy(p RetryPolicy) Option {
 	return func(c *config) error {
 		if p == nil {
-			return errorf("WithRetryPolicy: nil policy")
+			return fmt.Errorf("WithRetryPolicy: nil policy")
 		}
 		c.policy = p
 		return nil
@@ -193,7 +199,7 @@ func WithRetryPolicy(p RetryPolicy) Option {
 func WithBodyBufferLimit(n int64) Option {
 	return func(c *config) error {
 		if n < 0 {
-			return errorf("WithBodyBufferLimit: %d is negative", n)
+			return fmt.Errorf("WithBodyBufferLimit: %d is negative", n)
 		}
 		c.bodyLimit = n
 		return nil

@@ -123,3 +123,28 @@ type idleCloser struct{ closed *bool }
 
 func (c *idleCloser) RoundTrip(*http.Request) (*http.Response, error) { return nil, nil }
 func (c *idleCloser) CloseIdleConnections()                           { *c.closed = true }
+
+func TestNilOptionIsAnError(t *testing.T) {
+	tr, err := New(WithMaxAttempts(2), nil)
+	if err == nil || tr != nil {
+		t.Fatalf("New with a nil option = %v, %v; want nil and an error", tr, err)
+	}
+	if !strings.HasPrefix(err.Error(), "idemkey: client: ") || !strings.Contains(err.Error(), "option 2 is nil") {
+		t.Errorf("error %q does not name the nil option under the package prefix", err)
+	}
+}
+
+func TestEveryInvalidOptionIsReported(t *testing.T) {
+	_, err := New(WithMaxAttempts(0), WithBodyBufferLimit(-1))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"WithMaxAttempts", "WithBodyBufferLimit"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not report %s", err, want)
+		}
+	}
+	if strings.Count(err.Error(), "idemkey: client: idemkey: client:") != 0 {
+		t.Errorf("error %q repeats the prefix", err)
+	}
+}

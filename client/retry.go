@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemkey/idemkey"
 )
 
 // Attempt describes one finished attempt of a logical request, for a
@@ -46,7 +48,7 @@ type RetryPolicy func(a Attempt) bool
 // or any other status.
 func DefaultRetryPolicy(a Attempt) bool {
 	if a.Err != nil {
-		return retryableError(a.Err)
+		return RetryableError(a.Err)
 	}
 	if a.Response == nil || Replayed(a.Response) {
 		return false
@@ -56,13 +58,32 @@ func DefaultRetryPolicy(a Attempt) bool {
 		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return true
 	case http.StatusConflict:
-		return a.Request == nil || !readMethod(methodOf(a.Request))
+		return a.Request == nil || !idemkey.Safe(methodOf(a.Request))
 	}
 	return false
 }
 
-// retryableError reports whether another attempt could end differently.
-func retryableError(err error) bool {
+// Resendable reports whether a request may be sent again at all once it may
+// have reached the server: a read (idemkey.Safe: GET, HEAD, OPTIONS,
+// TRACE), or a request that carries an idempotency key (keyed), which the
+// server runs once whatever the number of copies. A request that is neither
+// is sent once: its reply lost, nobody can tell whether it ran.
+//
+// Resendable and RetryableError are the rule for a request whose attempt
+// ended without a response, the same on both sides of a fleet: the
+// Transport applies it between its attempts and package gateway between
+// upstreams. Where they differ, and why, is written in the gateway's
+// package documentation.
+func Resendable(method string, keyed bool) bool {
+	return keyed || idemkey.Safe(method)
+}
+
+// RetryableError reports whether another attempt after the transport error
+// err could end differently: every transport error (connection refused or
+// reset, EOF before a response, a timeout) except TLS certificate and
+// record errors, which another attempt would meet again. It does not look
+// at the caller's context: a caller whose context is done stops anyway.
+func RetryableError(err error) bool {
 	var (
 		verify    *tls.CertificateVerificationError
 		record    tls.RecordHeaderError
@@ -132,16 +153,22 @@ func (t *Transport) backoffCeiling(n int) time.Duration {
 }
 
 // wait is how long to wait after attempt n, which ended with resp (nil for a
-// transport error). It reports false when the server asks for a wait longer
-// than the Retry-After limit.
+// transport error): the jittered backoff, after the server's Retry-After
+// when it sent one. Adding the backoff to the hint, rather than taking the
+// larger of the two, keeps the jitter when the hint is the longer: an
+// idemkey server's 409 hints at least one second, and clients told the same
+// second must not all come back in the same instant. It reports false when
+// the server asks for a wait longer than the Retry-After limit.
 func (t *Transport) wait(n int, resp *http.Response) (time.Duration, bool) {
-	ceiling := t.backoffCeiling(n)
-	d := time.Duration(t.jitter(int64(ceiling)))
+	d := time.Duration(t.jitter(int64(t.backoffCeiling(n))))
 	if ra, ok := retryAfter(resp, t.now()); ok {
 		if ra > t.retryAfterLimit {
 			return 0, false
 		}
-		d = max(d, ra)
+		if d > maxDuration-ra {
+			return maxDuration, true
+		}
+		d += ra
 	}
 	return d, true
 }

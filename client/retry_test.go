@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -217,5 +220,40 @@ func TestTraceReportsAReplay(t *testing.T) {
 	resp.Body.Close()
 	if trace.Attempts != 2 || trace.Key != "k" || !trace.Replayed || trace.Waited != 100*time.Millisecond-1 {
 		t.Errorf("trace = %+v, want 2 attempts, key k, replayed, waited 100ms", trace)
+	}
+}
+
+func TestResendable(t *testing.T) {
+	for _, c := range []struct {
+		method string
+		keyed  bool
+		want   bool
+	}{
+		{"GET", false, true}, {"HEAD", false, true}, {"OPTIONS", false, true}, {"TRACE", false, true},
+		{"POST", false, false}, {"PUT", false, false}, {"PATCH", false, false}, {"DELETE", false, false},
+		{"PROPFIND", false, false},
+		{"POST", true, true}, {"DELETE", true, true}, {"PROPFIND", true, true}, {"GET", true, true},
+	} {
+		if got := Resendable(c.method, c.keyed); got != c.want {
+			t.Errorf("Resendable(%s, keyed %v) = %v, want %v", c.method, c.keyed, got, c.want)
+		}
+	}
+}
+
+func TestRetryableError(t *testing.T) {
+	for name, c := range map[string]struct {
+		err  error
+		want bool
+	}{
+		"refused":           {&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, true},
+		"reset":             {connReset, true},
+		"EOF":               {io.EOF, true},
+		"attempt timeout":   {&timeoutError{}, true},
+		"unknown authority": {&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, false},
+		"TLS record":        {fmt.Errorf("x: %w", tls.RecordHeaderError{}), false},
+	} {
+		if got := RetryableError(c.err); got != c.want {
+			t.Errorf("%s: RetryableError = %v, want %v", name, got, c.want)
+		}
 	}
 }

@@ -5,12 +5,14 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/idemkey/idemkey"
 )
 
 // ReplayedHeader is the response header with which an idemkey server (and
 // Stripe) marks an answer replayed from the kept result of an earlier
-// request with the same key.
-const ReplayedHeader = "Idempotent-Replayed"
+// request with the same key: the protocol's idemkey.HeaderReplayed.
+const ReplayedHeader = idemkey.HeaderReplayed
 
 // Replayed reports whether resp is a replay of the kept answer to an earlier
 // request with the same key: its Idempotent-Replayed header is "true" (in any

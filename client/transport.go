@@ -8,6 +8,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/option"
 )
 
 // Transport is an http.RoundTripper that sends one idempotency key on every
@@ -27,13 +30,12 @@ type Transport struct {
 
 // New returns a Transport configured by opts, with the defaults of the
 // Default constants for every option not given. It returns an error, and no
-// Transport, when an option's value is invalid.
+// Transport, when an option's value is invalid or an option is nil; the
+// error reports every such option.
 func New(opts ...Option) (*Transport, error) {
 	c := defaultConfig()
-	for _, o := range opts {
-		if err := o(&c); err != nil {
-			return nil, err
-		}
+	if err := option.Apply("idemkey: client", &c, opts); err != nil {
+		return nil, err
 	}
 	return &Transport{config: c, now: time.Now, sleep: sleep, jitter: rand.Int64N}, nil
 }
@@ -86,16 +88,20 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		tr.Key = key
 	}
 	// Reads are retried freely; anything else only with a key.
-	retryable := t.maxAttempts > 1 && (readMethod(method) || key != "")
+	retryable := t.maxAttempts > 1 && Resendable(method, key != "")
 	body, err := t.newBodySource(req, retryable)
 	if err != nil {
 		return nil, err
 	}
 
+	var header string
+	if set {
+		header = idemkey.FormatKey(key)
+	}
 	for n := 1; ; n++ {
 		out := req.Clone(ctx)
 		if set {
-			out.Header.Set(t.header, key)
+			out.Header.Set(t.header, header)
 		}
 		if n == 1 {
 			out.Body = body.first

@@ -195,10 +195,11 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 		after  string
 		want   time.Duration
 	}{
-		{http.StatusConflict, "3", 3 * time.Second},
-		{http.StatusTooManyRequests, "7", 7 * time.Second},
-		{http.StatusServiceUnavailable, "2", 2 * time.Second},
-		{http.StatusConflict, start.Add(9 * time.Second).Format(http.TimeFormat), 9 * time.Second},
+		// The hint, then the first backoff (the largest jitter, 100ms-1).
+		{http.StatusConflict, "3", 3*time.Second + 100*time.Millisecond - 1},
+		{http.StatusTooManyRequests, "7", 7*time.Second + 100*time.Millisecond - 1},
+		{http.StatusServiceUnavailable, "2", 2*time.Second + 100*time.Millisecond - 1},
+		{http.StatusConflict, start.Add(9 * time.Second).Format(http.TimeFormat), 9*time.Second + 100*time.Millisecond - 1},
 		{http.StatusTooManyRequests, start.Add(-time.Hour).Format(http.TimeFormat), 100*time.Millisecond - 1},
 		{http.StatusConflict, "0", 100*time.Millisecond - 1},
 		{http.StatusConflict, "soon", 100*time.Millisecond - 1},
@@ -247,8 +248,8 @@ func TestRetryAfterBeyondTheLimitIsNotWaitedFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !slices.Equal(clk.Sleeps(), []time.Duration{2 * time.Minute}) {
-		t.Errorf("got %d with waits %v, want 200 after waiting 2m", resp.StatusCode, clk.Sleeps())
+	if resp.StatusCode != http.StatusOK || len(s.Seen()) != 2 || !slices.Equal(clk.Sleeps(), []time.Duration{2*time.Minute + 100*time.Millisecond - 1}) {
+		t.Errorf("got %d after %d attempts with waits %v, want 200 after 2, waiting 2m and the backoff", resp.StatusCode, len(s.Seen()), clk.Sleeps())
 	}
 }
 
@@ -539,4 +540,76 @@ func TestBaseWithoutResponseOrError(t *testing.T) {
 	if err == nil || resp != nil {
 		t.Errorf("RoundTrip = %v, %v; want an error", resp, err)
 	}
+}
+
+// halfJitter draws half of every ceiling, so waits are predictable and
+// tell the backoff apart from the server's hint.
+func halfJitter(n int64) int64 { return n / 2 }
+
+// TestConflictWithAOneSecondHintThenReplay: an idemkey server's 409 says
+// Retry-After: 1 (at least one second, its estimate of when the first
+// request is done). The client waits at least the hint, plus the jittered
+// backoff, so clients told the same hint do not come back in step; the
+// backoff still grows; the replay ends it.
+func TestConflictWithAOneSecondHintThenReplay(t *testing.T) {
+	conflict := step{status: http.StatusConflict, header: map[string]string{"Retry-After": "1"}}
+	s, srv := newScript(t, conflict, conflict,
+		step{status: http.StatusCreated, header: map[string]string{"Idempotent-Replayed": "true"}, body: "made"})
+	tr, clk := newTest(t, WithBase(noKeepAlive(t)))
+	tr.jitter = halfJitter
+	var trace Trace
+	resp, err := tr.RoundTrip(post(t, WithTrace(context.Background(), &trace), srv.URL, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp); resp.StatusCode != http.StatusCreated || body != "made" || !trace.Replayed {
+		t.Errorf("got %d %q replayed %v, want the replayed 201", resp.StatusCode, body, trace.Replayed)
+	}
+	want := []time.Duration{time.Second + 50*time.Millisecond, time.Second + 100*time.Millisecond}
+	if got := clk.Sleeps(); !slices.Equal(got, want) {
+		t.Errorf("waits = %v, want %v: the hint plus the jittered backoff", got, want)
+	}
+	got := s.Seen()
+	if len(got) != 3 || got[0].Key == "" || got[1].Key != got[0].Key || got[2].Key != got[0].Key {
+		t.Errorf("server saw %+v, want 3 attempts with one key", got)
+	}
+}
+
+// TestShortHintsAreBoundedByAttemptsAndTheDeadline: with a 1 s hint the
+// attempts and the context, not the hint, bound how long the client waits
+// for a first request that is still running.
+func TestShortHintsAreBoundedByAttemptsAndTheDeadline(t *testing.T) {
+	conflict := step{status: http.StatusConflict, header: map[string]string{"Retry-After": "1"}, body: "in flight"}
+	t.Run("attempts", func(t *testing.T) {
+		s, srv := newScript(t, conflict)
+		tr, clk := newTest(t, WithBase(noKeepAlive(t)), WithMaxAttempts(3))
+		tr.jitter = halfJitter
+		resp, err := tr.RoundTrip(post(t, context.Background(), srv.URL, "b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body := readAll(t, resp); resp.StatusCode != http.StatusConflict || body != "in flight" {
+			t.Errorf("got %d %q, want the last 409", resp.StatusCode, body)
+		}
+		if len(s.Seen()) != 3 || len(clk.Sleeps()) != 2 {
+			t.Errorf("%d attempts, waits %v; want 3 and 2", len(s.Seen()), clk.Sleeps())
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		s, srv := newScript(t, conflict)
+		tr, clk := newTest(t, WithBase(noKeepAlive(t)), WithMaxAttempts(10))
+		tr.jitter = halfJitter
+		// Waits of 1.05 s and 1.1 s fit in 2.5 s; the third, 1.2 s, does not.
+		ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(2500*time.Millisecond))
+		defer cancel()
+		resp, err := tr.RoundTrip(post(t, ctx, srv.URL, "b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusConflict || len(s.Seen()) != 3 || len(clk.Sleeps()) != 2 {
+			t.Errorf("got %d after %d attempts and waits %v; want the 409 after 3 and 2 waits",
+				resp.StatusCode, len(s.Seen()), clk.Sleeps())
+		}
+	})
 }

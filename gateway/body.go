@@ -1,0 +1,81 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// ErrRequestBody is returned, wrapped with the cause, by RoundTrip when the
+// request body could not be read, or (for a request made with GetBody) made
+// again for another upstream. When it could not be read, nothing was sent.
+var ErrRequestBody = errors.New("idemkey: gateway: reading the request body")
+
+// body hands out a request's body for each attempt.
+type body struct {
+	first io.ReadCloser // the first attempt's body
+	// get returns a fresh copy for a later attempt; nil when the body
+	// can be sent only once.
+	get func() (io.ReadCloser, error)
+	// length is the body's length when the gateway holds it all, else -1:
+	// the request's own ContentLength stands.
+	length int64
+}
+
+// newBody prepares req's body for one or more attempts: a body without
+// GetBody is read into memory up to the limit. A longer body is streamed
+// once. On error req's body has been closed.
+func (g *Gateway) newBody(req *http.Request) (body, error) {
+	switch {
+	case req.Body == nil || req.Body == http.NoBody:
+		b := req.Body
+		return body{first: b, get: func() (io.ReadCloser, error) { return b, nil }, length: -1}, nil
+	case req.GetBody != nil:
+		return body{first: req.Body, get: req.GetBody, length: -1}, nil
+	case g.cfg.bodyLimit == 0 || req.ContentLength > g.cfg.bodyLimit:
+		return body{first: req.Body, length: -1}, nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(req.Body, g.cfg.bodyLimit+1))
+	if err != nil {
+		req.Body.Close()
+		return body{}, fmt.Errorf("%w: %w", ErrRequestBody, err)
+	}
+	if int64(len(buf)) > g.cfg.bodyLimit {
+		// Too long to hold: what was read and the rest, streamed once.
+		return body{first: struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(buf), req.Body), req.Body}, length: -1}, nil
+	}
+	req.Body.Close()
+	if len(buf) == 0 {
+		return body{first: http.NoBody, get: func() (io.ReadCloser, error) { return http.NoBody, nil }, length: 0}, nil
+	}
+	get := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+	first, _ := get()
+	return body{first: first, get: get, length: int64(len(buf))}, nil
+}
+
+// set gives out, the request of attempt i (from 0), its body.
+func (b *body) set(out *http.Request, i int) error {
+	if i == 0 {
+		out.Body = b.first
+	} else {
+		rc, err := b.get()
+		if err != nil {
+			return fmt.Errorf("%w: GetBody: %w", ErrRequestBody, err)
+		}
+		out.Body = rc
+	}
+	if b.get != nil && out.Body != nil && out.Body != http.NoBody {
+		// The transport may resend on a fresh connection by itself.
+		out.GetBody = b.get
+	}
+	if b.length >= 0 {
+		out.ContentLength = b.length
+		out.TransferEncoding = nil
+	}
+	return nil
+}
