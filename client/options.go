@@ -3,7 +3,6 @@ package client
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -92,7 +91,7 @@ func WithBase(rt http.RoundTripper) Option {
 // name; it is canonicalised with http.CanonicalHeaderKey.
 func WithHeader(name string) Option {
 	return func(c *config) error {
-		if !validToken(name) {
+		if !idemkey.ValidHeaderName(name) {
 			return fmt.Errorf("WithHeader: %q is not a valid header name", name)
 		}
 		c.header = http.CanonicalHeaderKey(name)
@@ -204,22 +203,4 @@ func WithBodyBufferLimit(n int64) Option {
 		c.bodyLimit = n
 		return nil
 	}
-}
-
-// validToken reports whether s is an RFC 9110 token, the form of a header
-// field name.
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -109,7 +109,7 @@
 // # Problems
 //
 // The gateway's own answers use the middleware's problem shape (type,
-// title, status, detail, code, with [ProblemTypePrefix]) without
+// title, status, detail, code, with [idemkey.ProblemTypePrefix]) without
 // importing the middleware: the codes are [CodeReplyLost],
 // [CodeUnavailable] and [CodeTimeout], and, from [Gateway.ReverseProxy]'s
 // error handler, [CodeBodyUnreadable] and [CodeRequestTooLarge].

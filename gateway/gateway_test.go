@@ -40,7 +40,7 @@ func checkProblem(t *testing.T, a answer, status int, code string) {
 		t.Fatalf("got %d %q (%s), want %d %s", a.Status, a.Problem.Code, a.Body, status, code)
 	}
 	p := a.Problem
-	if p.Type != ProblemTypePrefix+code || p.Title == "" || p.Status != status || p.Detail == "" {
+	if p.Type != idemkey.ProblemTypePrefix+code || p.Title == "" || p.Status != status || p.Detail == "" {
 		t.Errorf("problem %+v: want type, title, status and detail", p)
 	}
 	if ct := a.Header.Get("Content-Type"); ct != "application/problem+json" {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/idemkey/idemkey"
@@ -149,7 +148,7 @@ func WithBodyLimit(n int64) Option {
 // "Idempotency-Key". The name must be a valid header field name.
 func WithHeader(name string) Option {
 	return func(c *config) error {
-		if !validToken(name) {
+		if !idemkey.ValidHeaderName(name) {
 			return fmt.Errorf("WithHeader: %q is not a valid header name", name)
 		}
 		c.header = http.CanonicalHeaderKey(name)
@@ -187,22 +186,4 @@ func WithObserver(fn func(Failure)) Option {
 		c.observer = fn
 		return nil
 	}
-}
-
-// validToken reports whether s is an RFC 9110 token, the form of a header
-// field name.
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -2,10 +2,11 @@ package gateway
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
+
+	"github.com/idemkey/idemkey"
 )
 
 // The codes of the problems the gateway answers with itself.
@@ -22,61 +23,41 @@ const (
 	CodeTimeout = "upstream_timeout"
 	// CodeBodyUnreadable (400), written by the ReverseProxy error handler:
 	// the request body could not be read in full.
-	CodeBodyUnreadable = "request_body_unreadable"
+	CodeBodyUnreadable = idemkey.CodeBodyUnreadable
 	// CodeRequestTooLarge (413), written by the ReverseProxy error handler:
 	// the request body is over an http.MaxBytesReader limit.
-	CodeRequestTooLarge = "request_too_large"
+	CodeRequestTooLarge = idemkey.CodeRequestTooLarge
 )
 
-// ProblemTypePrefix starts the type URI of every problem; the code follows.
-// It is the middleware's prefix: the gateway's problems and the
-// middleware's read alike.
-const ProblemTypePrefix = "urn:idemkey:problem:"
-
-// problem is an RFC 9457 problem details object with a machine-readable
-// code, encoded once.
+// problem is one of the gateway's problems (idemkey.Problem, the
+// middleware's shape), encoded once.
 type problem struct {
-	Type       string `json:"type"`
-	Title      string `json:"title"`
-	Status     int    `json:"status"`
-	Detail     string `json:"detail"`
-	Code       string `json:"code"`
-	retryAfter string
-	body       []byte
+	idemkey.Problem
+	body []byte
 }
 
-func newProblem(code string, status int, title, detail, retryAfter string) *problem {
-	p := &problem{Type: ProblemTypePrefix + code, Title: title, Status: status, Detail: detail, Code: code, retryAfter: retryAfter}
-	b, err := json.Marshal(p)
-	if err != nil {
-		panic(err)
-	}
-	p.body = append(b, '\n')
-	return p
+func newProblem(code string, status int, title, detail string, retryAfter int) *problem {
+	p := idemkey.NewProblem(code, status, title, detail)
+	p.RetryAfter = retryAfter
+	return &problem{Problem: p, body: p.Body()}
 }
 
 var (
 	problemReplyLost = newProblem(CodeReplyLost, http.StatusBadGateway, "Upstream reply lost",
-		"The request may have reached an upstream instance, whose reply was lost: it may have been processed. It was not sent again because it carries no idempotency key; send mutations with an idempotency key to have them retried safely.", "")
+		"The request may have reached an upstream instance, whose reply was lost: it may have been processed. It was not sent again because it carries no idempotency key; send mutations with an idempotency key to have them retried safely.", 0)
 	problemUnavailable = newProblem(CodeUnavailable, http.StatusServiceUnavailable, "Upstream unavailable",
-		"No upstream instance answered the request. Retry after the delay in Retry-After; a mutation is retried safely only with the same idempotency key.", "1")
+		"No upstream instance answered the request. Retry after the delay in Retry-After; a mutation is retried safely only with the same idempotency key.", 1)
 	problemTimeout = newProblem(CodeTimeout, http.StatusGatewayTimeout, "Upstream timeout",
-		"No upstream instance answered before the request's deadline. A mutation is retried safely only with the same idempotency key.", "")
+		"No upstream instance answered before the request's deadline. A mutation is retried safely only with the same idempotency key.", 0)
 	problemBodyUnreadable = newProblem(CodeBodyUnreadable, http.StatusBadRequest, "Request body unreadable",
-		"The request body could not be read in full.", "")
+		"The request body could not be read in full.", 0)
 	problemTooLarge = newProblem(CodeRequestTooLarge, http.StatusRequestEntityTooLarge, "Request too large",
-		"The request body is larger than this gateway accepts.", "")
+		"The request body is larger than this gateway accepts.", 0)
 )
 
 func (p *problem) header() http.Header {
-	h := http.Header{
-		"Content-Type":   {"application/problem+json"},
-		"Cache-Control":  {"no-store"},
-		"Content-Length": {strconv.Itoa(len(p.body))},
-	}
-	if p.retryAfter != "" {
-		h["Retry-After"] = []string{p.retryAfter}
-	}
+	h := make(http.Header, 4)
+	idemkey.ProblemHeader(h, p.Problem, p.body)
 	return h
 }
 
@@ -97,10 +78,5 @@ func problemResponse(req *http.Request, p *problem) *http.Response {
 
 // writeProblem writes p as the response.
 func writeProblem(w http.ResponseWriter, p *problem) {
-	h := w.Header()
-	for k, v := range p.header() {
-		h[k] = v
-	}
-	w.WriteHeader(p.Status)
-	w.Write(p.body)
+	idemkey.WriteProblem(w, p.Problem, p.body)
 }

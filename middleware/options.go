@@ -64,8 +64,8 @@ type config struct {
 // Default: "Idempotency-Key".
 func WithHeader(name string) Option {
 	return func(c *config) error {
-		if name == "" {
-			return errors.New("header name is empty")
+		if !idemkey.ValidHeaderName(name) {
+			return fmt.Errorf("header name %q is not a valid header field name", name)
 		}
 		c.header = textproto.CanonicalMIMEHeaderKey(name)
 		return nil

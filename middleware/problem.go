@@ -1,43 +1,33 @@
 package middleware
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 
 	"github.com/idemkey/idemkey"
 )
 
-// Problem is an error response the middleware writes itself, as an RFC 9457
-// problem details object with a machine-readable Code. Detail never echoes
-// the key, the body or an internal error.
-type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	Code   string `json:"code"`
-	// RetryAfter, in whole seconds, is sent as the Retry-After header when
-	// positive (409 and 503).
-	RetryAfter int `json:"-"`
-}
+// Problem is an error response the middleware writes itself, as an RFC
+// 9457 problem details object with a machine-readable Code (the type the
+// gateway uses too). Detail never echoes the key, the body or an internal
+// error.
+type Problem = idemkey.Problem
 
 // The codes of the middleware's problems.
 const (
 	CodeKeyMissing      = "idempotency_key_missing"
 	CodeKeyInvalid      = "idempotency_key_invalid"
-	CodeRequestTooLarge = "request_too_large"
-	CodeBodyUnreadable  = "request_body_unreadable"
+	CodeRequestTooLarge = idemkey.CodeRequestTooLarge
+	CodeBodyUnreadable  = idemkey.CodeBodyUnreadable
 	CodeKeyReused       = "idempotency_key_reused"
 	CodeConflict        = "conflict"
 	CodeUnavailable     = "unavailable"
 )
 
 // ProblemTypePrefix starts the type URI of every problem; the code follows.
-const ProblemTypePrefix = "urn:idemkey:problem:"
+const ProblemTypePrefix = idemkey.ProblemTypePrefix
 
 // problems lists every problem the middleware can answer with, keyed by
 // code (RetryAfter is filled per response).
@@ -65,7 +55,7 @@ func ProblemCodes() []string {
 }
 
 func newProblem(code string, status int, title, detail string) Problem {
-	return Problem{Type: ProblemTypePrefix + code, Title: title, Status: status, Detail: detail, Code: code}
+	return idemkey.NewProblem(code, status, title, detail)
 }
 
 // An ErrorWriter writes one of the middleware's problems as the response.
@@ -75,11 +65,7 @@ type ErrorWriter func(w http.ResponseWriter, r *http.Request, p Problem)
 var problemBodies = func() map[string][]byte {
 	m := make(map[string][]byte, len(problems))
 	for code, p := range problems {
-		b, err := json.Marshal(p)
-		if err != nil {
-			panic(err)
-		}
-		m[code] = append(b, '\n')
+		m[code] = p.Body()
 	}
 	return m
 }()
@@ -87,24 +73,11 @@ var problemBodies = func() map[string][]byte {
 // WriteProblem is the default ErrorWriter: application/problem+json, with
 // Retry-After when p.RetryAfter is positive and Cache-Control: no-store.
 func WriteProblem(w http.ResponseWriter, _ *http.Request, p Problem) {
-	body, ok := problemBodies[p.Code]
-	if !ok || problems[p.Code] != withoutRetry(p) {
-		var err error
-		if body, err = json.Marshal(p); err != nil {
-			http.Error(w, http.StatusText(p.Status), p.Status)
-			return
-		}
-		body = append(body, '\n')
+	var body []byte // encoded by idemkey.WriteProblem, unless one of ours
+	if withoutRetry(p) == problems[p.Code] {
+		body = problemBodies[p.Code]
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	if p.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))
-	}
-	w.WriteHeader(p.Status)
-	w.Write(body)
+	idemkey.WriteProblem(w, p, body)
 }
 
 func withoutRetry(p Problem) Problem {
