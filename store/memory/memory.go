@@ -12,7 +12,9 @@
 // Claims and records lapse against the store's clock (see WithClock): every
 // access checks the entry it touches, and a background janitor removes the
 // rest (see WithJanitorInterval). The store holds at most a fixed number of
-// entries (see WithMaxRecords).
+// entries (see WithMaxRecords); when it is full it refuses claims on new
+// keys with an error wrapping store.ErrFull, and never drops a claim or a
+// record inside its life to make room.
 //
 // # Records are shared, not copied
 //
@@ -29,6 +31,7 @@ package memory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"runtime"
@@ -79,8 +82,6 @@ type core struct {
 	_         [64]byte
 	n         atomic.Int64 // entries held, expired ones not yet removed included
 	_         [56]byte
-	seq       atomic.Uint64 // completion order: the last sequence number given out
-	_         [56]byte
 	lastSweep atomic.Int64 // clock offset of the last pass over the whole store
 
 	stop      chan struct{}
@@ -110,7 +111,6 @@ func New(opts ...Option) (*Store, error) {
 	c.lastSweep.Store(math.MinInt64 / 2)
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]entry)
-		c.shards[i].oldest.Store(math.MaxUint64)
 	}
 	go c.janitor()
 	s := &Store{c: c}
@@ -212,7 +212,7 @@ func (c *core) claim(key string, cl store.Claim) (store.Result, error) {
 				sh.mu.Unlock()
 				return res, nil
 			}
-			sh.remove(c, key, e)
+			sh.remove(c, key)
 		}
 		if c.reserve() {
 			sh.m[key] = entry{token: cl.Token, fp: cl.Fingerprint, claimed: now, expires: later(now, cl.TTL)}
@@ -221,7 +221,7 @@ func (c *core) claim(key string, cl store.Claim) (store.Result, error) {
 		}
 		sh.mu.Unlock()
 		if !c.makeRoom(now) {
-			return store.Result{}, store.ErrFull
+			return store.Result{}, c.full()
 		}
 	}
 }
@@ -242,15 +242,13 @@ func (c *core) reserve() bool {
 func (c *core) complete(key, token string, rec *store.Record, retention time.Duration) error {
 	clip(rec)
 	return c.owned(key, token, keptBy(token), func(sh *shard, e entry, now int64) {
-		seq := c.seq.Add(1)
-		sh.m[key] = entry{token: token, fp: rec.Fingerprint, claimed: e.claimed, expires: later(now, retention), seq: seq, rec: rec}
-		sh.pushDone(key, seq)
+		sh.m[key] = entry{token: token, fp: rec.Fingerprint, claimed: e.claimed, expires: later(now, retention), rec: rec}
 	})
 }
 
 func (c *core) release(key, token string) error {
 	return c.owned(key, token, free, func(sh *shard, e entry, _ int64) {
-		sh.remove(c, key, e)
+		sh.remove(c, key)
 	})
 }
 
@@ -293,36 +291,22 @@ func keptBy(token string) func(e entry, ok bool) bool {
 // free reports a key that holds nothing.
 func free(_ entry, ok bool) bool { return !ok }
 
-// makeRoom frees at least one entry for a claim that found the store full,
-// and reports whether it did. It first removes expired entries, when no pass
-// over the whole store was made in the last minSweepGap, then evicts the
-// record completed longest ago. It never evicts a live claim.
+// makeRoom removes expired entries for a claim that found the store full,
+// and reports whether it removed any. It makes a pass over the whole store
+// only when no pass was made in the last minSweepGap (the janitor's
+// included), so that a flood of claims on a full store does not make one
+// pass each. It never removes an entry inside its life.
 func (c *core) makeRoom(now int64) bool {
-	if last := c.lastSweep.Load(); now-last >= minSweepGap && c.lastSweep.CompareAndSwap(last, now) {
-		if c.sweep(now) > 0 {
-			return true
-		}
+	last := c.lastSweep.Load()
+	if now-last < minSweepGap || !c.lastSweep.CompareAndSwap(last, now) {
+		return false
 	}
-	for {
-		best, oldest := -1, uint64(math.MaxUint64)
-		for i := range c.shards {
-			if q := c.shards[i].oldest.Load(); q < oldest {
-				best, oldest = i, q
-			}
-		}
-		if best < 0 {
-			return false
-		}
-		sh := &c.shards[best]
-		sh.mu.Lock()
-		ok := sh.evictOldest(c)
-		sh.mu.Unlock()
-		if ok {
-			return true
-		}
-		// That shard's records went since we looked (the janitor, or
-		// another claim): look again.
-	}
+	return c.sweep(now) > 0
+}
+
+// full returns the error of a claim refused because the store is full.
+func (c *core) full() error {
+	return fmt.Errorf("idemkey: memory: %d entries held, the bound is %d: %w", c.n.Load(), c.max, store.ErrFull)
 }
 
 // sweep removes every expired entry and returns how many it removed.

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -55,44 +55,18 @@ func held(s *Store, key string) bool {
 // checkInvariants checks the bookkeeping a store keeps beside its maps.
 func checkInvariants(t *testing.T, s *Store) {
 	t.Helper()
-	total, queued := 0, 0
+	total := 0
 	for i := range s.c.shards {
 		sh := &s.c.shards[i]
 		sh.mu.Lock()
 		total += len(sh.m)
-		queued += len(sh.done) - sh.head
-		if sh.head < len(sh.done) {
-			front := sh.done[sh.head]
-			if !sh.live(front) {
-				t.Errorf("shard %d: the front of the completion queue is stale", i)
-			}
-			if got := sh.oldest.Load(); got != front.seq {
-				t.Errorf("shard %d: oldest %d, want the front's %d", i, got, front.seq)
-			}
-		} else if got := sh.oldest.Load(); got != math.MaxUint64 {
-			t.Errorf("shard %d: empty completion queue, but oldest is %d", i, got)
-		}
-		completed, live := 0, 0
-		for _, e := range sh.m {
-			if e.rec != nil {
-				completed++
-			}
-		}
-		for _, r := range sh.done[sh.head:] {
-			if sh.live(r) {
-				live++
-			}
-		}
-		if completed != live {
-			t.Errorf("shard %d: %d completed records, %d of them queued", i, completed, live)
-		}
 		sh.mu.Unlock()
 	}
 	if n := s.Len(); n != total {
 		t.Errorf("Len() = %d, but the shards hold %d entries", n, total)
 	}
-	if limit := 2*total + numShards*65; queued > limit {
-		t.Errorf("completion queues hold %d references for %d entries (limit %d)", queued, total, limit)
+	if int64(total) > s.c.max {
+		t.Errorf("the store holds %d entries, over its bound of %d", total, s.c.max)
 	}
 }
 
@@ -219,81 +193,83 @@ func TestLazyExpiry(t *testing.T) {
 	checkInvariants(t, s)
 }
 
-func TestEvictsOldestCompleted(t *testing.T) {
+// TestFullStore checks that a full store refuses claims on new keys, and
+// only those: replays, in-flight answers, Complete, Release and Extend work
+// as ever, and nothing inside its life is removed.
+func TestFullStore(t *testing.T) {
 	clock := newFakeClock()
 	s := mustNew(t, WithMaxRecords(3), WithClock(clock.Now))
-	// Claimed in one order, completed in another: completion decides.
-	for _, k := range []string{"b", "a", "c"} {
-		mustClaim(t, s, k, "t-"+k, store.Claimed)
-	}
-	for _, k := range []string{"a", "c", "b"} {
-		mustComplete(t, s, k, "t-"+k, time.Hour)
-		clock.Advance(time.Second)
-	}
-	mustClaim(t, s, "d", "t-d", store.Claimed)
-	if held(s, "a") || !held(s, "b") || !held(s, "c") || !held(s, "d") {
-		t.Fatalf("after one eviction: a %v b %v c %v d %v, want only a gone", held(s, "a"), held(s, "b"), held(s, "c"), held(s, "d"))
-	}
-	mustClaim(t, s, "e", "t-e", store.Claimed)
-	if held(s, "c") || !held(s, "b") {
-		t.Fatalf("after a second eviction: b %v c %v, want c gone and b kept", held(s, "b"), held(s, "c"))
-	}
-	// Kept records still replay.
-	mustClaim(t, s, "b", "other", store.Completed)
-	if s.Len() != 3 {
-		t.Fatalf("Len() = %d, want 3", s.Len())
-	}
-	checkInvariants(t, s)
-}
-
-func TestEvictsOldestCompletedWithoutClockTicks(t *testing.T) {
-	// Completions at one instant still evict in completion order.
-	s := mustNew(t, WithMaxRecords(50), WithClock(newFakeClock().Now))
-	for i := range 50 {
-		k := fmt.Sprint("k", i)
-		mustClaim(t, s, k, "t", store.Claimed)
-		mustComplete(t, s, k, "t", time.Hour)
-	}
-	for i := range 20 {
-		mustClaim(t, s, fmt.Sprint("new", i), "t", store.Claimed)
-	}
-	for i := range 50 {
-		if got, want := held(s, fmt.Sprint("k", i)), i >= 20; got != want {
-			t.Errorf("k%d held %v, want %v", i, got, want)
-		}
-	}
-	checkInvariants(t, s)
-}
-
-func TestNeverEvictsClaims(t *testing.T) {
-	clock := newFakeClock()
-	s := mustNew(t, WithMaxRecords(3), WithClock(clock.Now))
+	ctx := t.Context()
+	mustClaim(t, s, "kept", "t-kept", store.Claimed)
+	kept := mustComplete(t, s, "kept", "t-kept", time.Hour)
 	mustClaim(t, s, "x", "t-x", store.Claimed)
 	mustClaim(t, s, "y", "t-y", store.Claimed)
-	mustClaim(t, s, "z", "t-z", store.Claimed)
-	mustComplete(t, s, "z", "t-z", time.Hour)
-	mustClaim(t, s, "w", "t-w", store.Claimed) // evicts the record z
-	if held(s, "z") {
-		t.Fatal("the completed record z was not evicted")
-	}
-	// Only live claims remain: nothing may go.
+
 	for range 2 {
-		if _, err := s.Claim(t.Context(), "v", claimOf("t-v")); !errors.Is(err, store.ErrFull) {
-			t.Fatalf("claim in a store full of claims: %v, want store.ErrFull", err)
+		_, err := s.Claim(ctx, "new", claimOf("t-new"))
+		if !errors.Is(err, store.ErrFull) {
+			t.Fatalf("claim of a new key in a full store: %v, want store.ErrFull", err)
 		}
+		if want := "idemkey: memory: 3 entries held, the bound is 3: idemkey: store: full"; err.Error() != want {
+			t.Errorf("error %q, want %q", err, want)
+		}
+		clock.Advance(2 * time.Second) // past the sweep gap: the pass finds nothing to remove
 	}
-	for _, k := range []string{"x", "y", "w"} {
-		mustClaim(t, s, k, "someone else", store.InFlight)
-	}
-	if held(s, "v") || s.Len() != 3 {
+	if held(s, "new") || s.Len() != 3 {
 		t.Fatalf("a refused claim changed the store: Len() = %d", s.Len())
 	}
-	// Room made by the owner is room again.
-	if err := s.Release(t.Context(), "x", "t-x"); err != nil {
-		t.Fatal(err)
+
+	// Everything held still answers, and its owners can still finish.
+	res := mustClaim(t, s, "kept", "someone else", store.Completed)
+	if string(res.Record.Body) != string(kept.Body) {
+		t.Fatalf("replay in a full store: body %q, want %q", res.Record.Body, kept.Body)
 	}
-	mustClaim(t, s, "v", "t-v", store.Claimed)
+	mustClaim(t, s, "x", "someone else", store.InFlight)
+	mustClaim(t, s, "x", "t-x", store.Mine)
+	if err := s.Extend(ctx, "x", "t-x", time.Hour); err != nil {
+		t.Fatalf("Extend in a full store: %v", err)
+	}
+	mustComplete(t, s, "x", "t-x", time.Hour)
+	mustClaim(t, s, "x", "someone else", store.Completed)
+
+	// Room made by an owner is room again.
+	if err := s.Release(ctx, "y", "t-y"); err != nil {
+		t.Fatalf("Release in a full store: %v", err)
+	}
+	mustClaim(t, s, "new", "t-new", store.Claimed)
+	mustClaim(t, s, "kept", "someone else", store.Completed)
+	mustClaim(t, s, "x", "someone else", store.Completed)
 	checkInvariants(t, s)
+}
+
+// TestFullStoreSweepGap checks that claims on a full store look for
+// expired entries at most once per minSweepGap of the store's clock.
+func TestFullStoreSweepGap(t *testing.T) {
+	clock := newFakeClock()
+	s := mustNew(t, WithMaxRecords(2), WithClock(clock.Now))
+	ctx := t.Context()
+	short := store.Claim{Token: "t", TTL: 100 * time.Millisecond}
+	for _, k := range []string{"a", "b"} {
+		if _, err := s.Claim(ctx, k, short); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first refusal makes a pass; it finds nothing lapsed yet.
+	if _, err := s.Claim(ctx, "c", claimOf("t")); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("claim in a full store: %v, want store.ErrFull", err)
+	}
+	clock.Advance(500 * time.Millisecond) // a and b lapsed, but the last pass was 0.5s ago
+	if _, err := s.Claim(ctx, "c", claimOf("t")); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("claim within the sweep gap: %v, want store.ErrFull", err)
+	}
+	if s.Len() != 2 {
+		t.Fatalf("Len() = %d: a pass was made within the sweep gap", s.Len())
+	}
+	clock.Advance(500 * time.Millisecond)
+	mustClaim(t, s, "c", "t", store.Claimed)
+	if held(s, "a") || held(s, "b") || s.Len() != 1 {
+		t.Fatalf("the pass left lapsed claims: Len() = %d", s.Len())
+	}
 }
 
 func TestFullStoreDropsExpiredFirst(t *testing.T) {
@@ -312,7 +288,7 @@ func TestFullStoreDropsExpiredFirst(t *testing.T) {
 	mustClaim(t, s, "new-1", "t", store.Claimed)
 	mustClaim(t, s, "new-2", "t", store.Claimed)
 	if !held(s, "old") {
-		t.Fatal("a live record was evicted while expired entries took room")
+		t.Fatal("a live record was removed while expired entries took room")
 	}
 	if held(s, "young") || held(s, "abandoned") {
 		t.Fatal("expired entries survived a full store")
@@ -447,28 +423,8 @@ func TestKeptRecordIsShared(t *testing.T) {
 	}
 }
 
-// TestStaleQueueBounded keeps records lapsing and being claimed again
-// behind long-lived ones, in a store that is never full, and checks that
-// the references they leave behind are dropped.
-func TestStaleQueueBounded(t *testing.T) {
-	clock := newFakeClock()
-	s := mustNew(t, WithClock(clock.Now))
-	for i := range 4 * numShards {
-		k := fmt.Sprint("anchor", i)
-		mustClaim(t, s, k, "t", store.Claimed)
-		mustComplete(t, s, k, "t", time.Hour)
-	}
-	for i := range 20_000 {
-		k := fmt.Sprint("k", i%100)
-		mustClaim(t, s, k, "t", store.Claimed)
-		mustComplete(t, s, k, "t", time.Millisecond)
-		clock.Advance(2 * time.Millisecond)
-	}
-	checkInvariants(t, s)
-}
-
 // TestChurn drives many keys with mixed lives through claims, completions,
-// releases, lapses and evictions, and checks the bookkeeping throughout.
+// releases, lapses and refusals, and checks the bookkeeping throughout.
 func TestChurn(t *testing.T) {
 	clock := newFakeClock()
 	s := mustNew(t, WithMaxRecords(300), WithClock(clock.Now))
@@ -512,14 +468,20 @@ func TestChurn(t *testing.T) {
 	checkInvariants(t, s)
 }
 
-// TestConcurrentEviction races claims, completions and releases on a small
-// store, so that evictions race with everything else.
-func TestConcurrentEviction(t *testing.T) {
+// TestConcurrentFullStore races claims, completions and releases on a
+// small store that is often full, and checks that every record kept stays
+// kept: a full store refuses claims, it never makes room.
+func TestConcurrentFullStore(t *testing.T) {
 	clock := newFakeClock()
 	const max, workers = 64, 8
 	s := mustNew(t, WithMaxRecords(max), WithClock(clock.Now))
 	ctx := t.Context()
-	var wg sync.WaitGroup
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		kept = map[string]string{} // key: the body kept for it
+		full atomic.Int64
+	)
 	for w := range workers {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(w), 7))
@@ -527,9 +489,11 @@ func TestConcurrentEviction(t *testing.T) {
 				key := fmt.Sprint("k", r.IntN(500))
 				tok := fmt.Sprint(w, "-", i)
 				res, err := s.Claim(ctx, key, store.Claim{Token: tok, TTL: time.Minute})
+				if errors.Is(err, store.ErrFull) {
+					full.Add(1)
+					continue
+				}
 				if err != nil {
-					// Each worker holds at most one claim at a time, so the
-					// store always has records to evict.
 					t.Errorf("Claim: %v", err)
 					return
 				}
@@ -539,7 +503,10 @@ func TestConcurrentEviction(t *testing.T) {
 				if r.IntN(3) == 0 {
 					err = s.Release(ctx, key, tok)
 				} else {
-					err = s.Complete(ctx, key, tok, &store.Record{Body: []byte(key)}, time.Minute)
+					err = s.Complete(ctx, key, tok, &store.Record{Body: []byte(tok)}, 24*time.Hour)
+					mu.Lock()
+					kept[key] = tok
+					mu.Unlock()
 				}
 				if err != nil {
 					t.Errorf("finishing an owned claim: %v", err)
@@ -552,8 +519,69 @@ func TestConcurrentEviction(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if s.Len() > max {
-		t.Fatalf("Len() = %d over the bound of %d", s.Len(), max)
+	if full.Load() == 0 {
+		t.Error("the store was never full: the test tests nothing")
+	}
+	for key, body := range kept {
+		res := mustClaim(t, s, key, "check", store.Completed)
+		if string(res.Record.Body) != body {
+			t.Errorf("%s: body %q, want %q", key, res.Record.Body, body)
+		}
 	}
 	checkInvariants(t, s)
+}
+
+// TestFloodKeepsOthersRecords is the flood of issue 10: alice's kept
+// response must outlive another caller's flood of fresh keys, which the
+// store refuses once it is full instead of making room.
+func TestFloodKeepsOthersRecords(t *testing.T) {
+	clock := newFakeClock()
+	s := mustNew(t, WithClock(clock.Now))
+	ctx := t.Context()
+	alice := store.KeyName("alice", "pay-1")
+	fp := [32]byte{0xa1}
+	if _, err := s.Claim(ctx, alice, store.Claim{Token: "alice-1", Fingerprint: fp, TTL: 35 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	kept := &store.Record{Status: http.StatusCreated, Body: []byte(`{"id":"pay_1"}`), Fingerprint: fp}
+	if err := s.Complete(ctx, alice, "alice-1", kept, 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another caller sends 100,000 fresh keys over about two seconds, and
+	// each is run and kept.
+	refused := 0
+	for i := range 100_000 {
+		key := store.KeyName("mallory", fmt.Sprint("flood-", i))
+		tok := fmt.Sprint("m-", i)
+		res, err := s.Claim(ctx, key, store.Claim{Token: tok, TTL: 35 * time.Second})
+		if err != nil {
+			if !errors.Is(err, store.ErrFull) || !strings.HasPrefix(err.Error(), "idemkey: memory: ") {
+				t.Fatalf("flood claim %d: error %q, want one from this package wrapping store.ErrFull", i, err)
+			}
+			refused++
+			continue
+		}
+		if res.State != store.Claimed {
+			t.Fatalf("flood claim %d: state %v", i, res.State)
+		}
+		if err := s.Complete(ctx, key, tok, &store.Record{Status: http.StatusCreated}, 24*time.Hour); err != nil {
+			t.Fatalf("flood complete %d: %v", i, err)
+		}
+		if i%1000 == 0 {
+			clock.Advance(20 * time.Millisecond)
+		}
+	}
+	if refused != 1 {
+		t.Errorf("the flood had %d claims refused, want 1: the one past the default bound", refused)
+	}
+
+	// Alice's retry gets her kept response, not a second run.
+	res, err := s.Claim(ctx, alice, store.Claim{Token: "alice-2", Fingerprint: fp, TTL: 35 * time.Second})
+	if err != nil {
+		t.Fatalf("alice's retry: %v", err)
+	}
+	if res.State != store.Completed || res.Record == nil || string(res.Record.Body) != `{"id":"pay_1"}` {
+		t.Fatalf("alice's retry: state %v, want her kept response replayed", res.State)
+	}
 }

@@ -46,9 +46,11 @@ func newConfig(opts []Option) (config, error) {
 //
 // When the store is full, a claim on a new key first removes expired
 // entries (a full pass over the store, made at most once a second of the
-// store's clock), then evicts the record that was completed longest ago.
-// A live claim is never evicted: when only live claims remain, Claim
-// returns store.ErrFull.
+// store's clock), then, when that freed nothing, returns an error wrapping
+// store.ErrFull, which the middleware answers with 503. Nothing inside its
+// life is ever removed to make room: claims on keys the store holds
+// (replays, in-flight answers) and Complete, Release and Extend work as
+// ever in a full store.
 //
 // n must be positive.
 func WithMaxRecords(n int) Option {
