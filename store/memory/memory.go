@@ -204,8 +204,12 @@ func (c *core) shard(key string) *shard {
 func (c *core) claim(key string, cl store.Claim) (store.Result, error) {
 	sh := c.shard(key)
 	for {
-		now := c.clock()
 		sh.mu.Lock()
+		// Read the clock under the lock: a reading taken before it could
+		// predate a claim made meanwhile, and then answer that claim's
+		// remaining life as longer than its TTL, or start this claim's
+		// life before it was made.
+		now := c.clock()
 		if e, ok := sh.m[key]; ok {
 			if now < e.expires {
 				res := e.result(c, cl.Token, now)
@@ -266,9 +270,9 @@ func (c *core) extend(key, token string, ttl time.Duration) error {
 // Release and Extend are all this check followed by their own change.
 func (c *core) owned(key, token string, done func(e entry, ok bool) bool, change func(sh *shard, e entry, now int64)) error {
 	sh := c.shard(key)
-	now := c.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	now := c.clock() // under the lock, as in claim
 	e, ok := sh.m[key]
 	if !sh.owned(c, key, e, ok, token, now) {
 		if ok && now >= e.expires {

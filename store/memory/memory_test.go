@@ -585,3 +585,57 @@ func TestFloodKeepsOthersRecords(t *testing.T) {
 		t.Fatalf("alice's retry: state %v, want her kept response replayed", res.State)
 	}
 }
+
+// TestClockReadUnderLock has a second claim of the same key land between
+// a claim's reading of the clock and its look at the key, when there is
+// such a moment. A claim that then found the key held computed its
+// remaining life from its own earlier reading, answering more life than the
+// holder's TTL gave it (the conformance suite's ClaimRace caught this now
+// and then in real time).
+func TestClockReadUnderLock(t *testing.T) {
+	fake := newFakeClock()
+	const ttl = 30 * time.Second
+	var (
+		s       *Store
+		between atomic.Pointer[func()]
+		other   store.Result
+	)
+	clock := func() time.Time {
+		t0 := fake.Now()
+		if f := between.Swap(nil); f != nil {
+			(*f)()
+		}
+		return t0
+	}
+	s = mustNew(t, WithClock(clock))
+	key := store.KeyName("scope", "key")
+	sh := s.c.shard(key)
+	ranBetween := false
+	run := func() {
+		if !sh.mu.TryLock() {
+			return // the clock is read under the shard's lock: no moment between
+		}
+		sh.mu.Unlock()
+		ranBetween = true
+		fake.Advance(time.Second)
+		var err error
+		if other, err = s.Claim(t.Context(), key, store.Claim{Token: "a", TTL: ttl}); err != nil {
+			t.Error(err)
+		}
+	}
+	between.Store(&run)
+	res, err := s.Claim(t.Context(), key, store.Claim{Token: "b", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ranBetween {
+		if other, err = s.Claim(t.Context(), key, store.Claim{Token: "a", TTL: ttl}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range []store.Result{res, other} {
+		if r.State == store.InFlight && r.TTL > ttl {
+			t.Errorf("InFlight with %v of life left, more than the holder's TTL of %v", r.TTL, ttl)
+		}
+	}
+}
