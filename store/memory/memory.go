@@ -6,9 +6,11 @@
 // so a service with several replicas behind a load balancer needs a shared
 // store such as store/redis.
 //
-// The store is split into shards by a hash of the key, each with its own
+// The store is split into shards by the key's digest, each with its own
 // lock, so requests for different keys rarely wait for each other. A claim
-// is a map lookup and, for a new key, an insert under one shard's lock.
+// is a map lookup and, for a new key, an insert under one shard's lock. The
+// maps are keyed by the 32-byte SHA-256 inside a name store.KeyName makes
+// (any other name is held under a SHA-256 of it).
 // Claims and records lapse against the store's clock (see WithClock): every
 // access checks the entry it touches, and a background janitor removes the
 // rest (see WithJanitorInterval). The store holds at most a fixed number of
@@ -16,23 +18,25 @@
 // keys with an error wrapping store.ErrFull, and never drops a claim or a
 // record inside its life to make room.
 //
-// # Records are shared, not copied
+// # Records are copied
 //
-// Complete takes ownership of the record it is given: the caller must not
-// modify the Record, its Header or its Body afterwards. The store keeps that
-// very pointer, and every Claim that finds the key completed returns it.
-// Such a record is shared by every request that replays it and must be
-// treated as read-only. To make accidental appends harmless, Complete clips
-// the capacity of the Body slice and of each Header value slice to their
-// length, so that an append to a value copied out of a kept record
-// allocates a new array instead of writing into the store's.
+// Complete copies the record it is given, and its owner token, into one
+// byte slice (so that the garbage collector has one object, with no
+// pointers in it, to mark for each record the store holds): the caller
+// keeps rec, and may reuse or change it once Complete returns. Every Claim that finds the key completed returns a new
+// Record decoded from that copy, with a new Header: the caller may change
+// both. Its Body, though, is the store's own copy, shared with every other
+// replay of the key, and must not be written to; its capacity is clipped to
+// its length, so an append to it copies it. Decoding costs a replay a few
+// small allocations (the Record, its Header map and one string for the
+// names and values); a service that replays the same keys often can keep
+// decoded records with the middleware's WithLocalCache.
 package memory
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"runtime"
 	"sync"
@@ -57,14 +61,17 @@ var (
 	errNilRecord = errors.New("idemkey: memory: the record must not be nil")
 )
 
-// Store keeps claims and records in memory. It implements store.Store and is
-// safe for concurrent use. Create it with New and stop its janitor with
-// Close.
+// Store keeps claims and records in memory. It implements store.Store and
+// store.Extender, and is safe for concurrent use. Create it with New and
+// stop its janitor with Close.
 type Store struct {
 	c *core
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Extender = (*Store)(nil)
+)
 
 // core is the state the janitor shares with the store. It is separate from
 // Store so that a Store that is dropped without Close can be collected, and
@@ -72,7 +79,6 @@ var _ store.Store = (*Store)(nil)
 type core struct {
 	shards [numShards]shard
 
-	seed     maphash.Seed
 	now      func() time.Time
 	base     time.Time // clock offsets are measured from here
 	mono     bool      // now is time.Now: measure with time.Since
@@ -99,7 +105,6 @@ func New(opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	c := &core{
-		seed:     maphash.MakeSeed(),
 		now:      cfg.now,
 		max:      int64(cfg.maxRecords),
 		interval: cfg.interval,
@@ -110,7 +115,7 @@ func New(opts ...Option) (*Store, error) {
 	c.mono = cfg.defaultClock
 	c.lastSweep.Store(math.MinInt64 / 2)
 	for i := range c.shards {
-		c.shards[i].m = make(map[string]entry)
+		c.shards[i].m = make(map[digest]entry)
 	}
 	go c.janitor()
 	s := &Store{c: c}
@@ -133,10 +138,10 @@ func (s *Store) Len() int { return int(s.c.n.Load()) }
 
 // Claim implements store.Store. It returns the context's error, and claims
 // nothing, when ctx is already done; an error when c.TTL is not positive;
-// and store.ErrFull when the store is full of live claims.
+// and an error wrapping store.ErrFull when the store is full.
 //
-// A Completed result carries the record that Complete was given: it is
-// shared, and read-only (see the package documentation).
+// A Completed result carries a new Record whose Body is shared and
+// read-only (see the package documentation).
 func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Result{}, err
@@ -144,14 +149,14 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	if c.TTL <= 0 {
 		return store.Result{}, errTTL
 	}
-	return s.c.claim(key, c)
+	return s.c.claim(digestOf(key), c)
 }
 
-// Complete implements store.Store. It takes ownership of rec (see the
-// package documentation) and keeps it as given: the store does not set
-// CreatedAt or CompletedAt. It returns the context's error when ctx is already
-// done, and an error when rec is nil or retention is not positive; in each
-// case it changes nothing.
+// Complete implements store.Store. It keeps a copy of rec as given (see the
+// package documentation): the store does not set CreatedAt or CompletedAt.
+// It returns the context's error when ctx is already done, and an error
+// when rec is nil or retention is not positive; in each case it changes
+// nothing.
 func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Record, retention time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -162,7 +167,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	if retention <= 0 {
 		return errRetention
 	}
-	return s.c.complete(key, token, rec, retention)
+	return s.c.complete(digestOf(key), token, rec, retention)
 }
 
 // Release implements store.Store. It returns the context's error, and
@@ -171,11 +176,11 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.c.release(key, token)
+	return s.c.release(digestOf(key), token)
 }
 
-// Extend implements store.Store. It returns the context's error when ctx is
-// already done, and an error when ttl is not positive; in each case it
+// Extend implements store.Extender. It returns the context's error when ctx
+// is already done, and an error when ttl is not positive; in each case it
 // changes nothing.
 func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
@@ -184,7 +189,7 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	if ttl <= 0 {
 		return errTTL
 	}
-	return s.c.extend(key, token, ttl)
+	return s.c.extend(digestOf(key), token, ttl)
 }
 
 // clock returns the current time as an offset from c.base.
@@ -197,12 +202,14 @@ func (c *core) clock() int64 {
 	return int64(c.now().Sub(c.base))
 }
 
-func (c *core) shard(key string) *shard {
-	return &c.shards[maphash.String(c.seed, key)&(numShards-1)]
+// shard returns the shard that holds d. A digest is a SHA-256 already, so
+// its first byte spreads keys evenly.
+func (c *core) shard(d digest) *shard {
+	return &c.shards[d[0]&(numShards-1)]
 }
 
-func (c *core) claim(key string, cl store.Claim) (store.Result, error) {
-	sh := c.shard(key)
+func (c *core) claim(d digest, cl store.Claim) (store.Result, error) {
+	sh := c.shard(d)
 	for {
 		sh.mu.Lock()
 		// Read the clock under the lock: a reading taken before it could
@@ -210,16 +217,13 @@ func (c *core) claim(key string, cl store.Claim) (store.Result, error) {
 		// remaining life as longer than its TTL, or start this claim's
 		// life before it was made.
 		now := c.clock()
-		if e, ok := sh.m[key]; ok {
-			if now < e.expires {
-				res := e.result(c, cl.Token, now)
-				sh.mu.Unlock()
-				return res, nil
-			}
-			sh.remove(c, key)
+		e, ok := sh.live(c, d, now)
+		if ok {
+			sh.mu.Unlock()
+			return e.result(c, cl.Token, now), nil
 		}
 		if c.reserve() {
-			sh.m[key] = entry{token: cl.Token, fp: cl.Fingerprint, claimed: now, expires: later(now, cl.TTL)}
+			sh.m[d] = entry{token: cl.Token, fp: cl.Fingerprint, claimed: now, expires: later(now, cl.TTL)}
 			sh.mu.Unlock()
 			return store.Result{State: store.Claimed, Fingerprint: cl.Fingerprint}, nil
 		}
@@ -243,57 +247,61 @@ func (c *core) reserve() bool {
 	}
 }
 
-func (c *core) complete(key, token string, rec *store.Record, retention time.Duration) error {
-	clip(rec)
-	return c.owned(key, token, keptBy(token), func(sh *shard, e entry, now int64) {
-		sh.m[key] = entry{token: token, fp: rec.Fingerprint, claimed: e.claimed, expires: later(now, retention), rec: rec}
-	})
-}
-
-func (c *core) release(key, token string) error {
-	return c.owned(key, token, free, func(sh *shard, e entry, _ int64) {
-		sh.remove(c, key)
-	})
-}
-
-func (c *core) extend(key, token string, ttl time.Duration) error {
-	return c.owned(key, token, nil, func(sh *shard, e entry, now int64) {
-		e.expires = later(now, ttl)
-		sh.m[key] = e
-	})
-}
-
-// owned runs change on key's entry, under its shard's lock, when key is in
-// flight under token. Otherwise it changes nothing, and returns nil when
-// done (if not nil) reports that the key already is as the call would have
-// left it (a resent call), and store.ErrNotOwner when it is not. Complete,
-// Release and Extend are all this check followed by their own change.
-func (c *core) owned(key, token string, done func(e entry, ok bool) bool, change func(sh *shard, e entry, now int64)) error {
-	sh := c.shard(key)
+// complete keeps rec when d is in flight under token. It returns nil, and
+// changes nothing, when d already holds a record kept under token (a
+// resent Complete), and store.ErrNotOwner otherwise.
+func (c *core) complete(d digest, token string, rec *store.Record, retention time.Duration) error {
+	data := encode(token, rec) // outside the lock: it allocates and copies
+	sh := c.shard(d)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := c.clock() // under the lock, as in claim
-	e, ok := sh.m[key]
-	if !sh.owned(c, key, e, ok, token, now) {
-		if ok && now >= e.expires {
-			ok = false // owned removed it
-		}
-		if done != nil && done(e, ok) {
-			return nil
-		}
+	e, ok := sh.live(c, d, now)
+	switch {
+	case !ok:
+		return store.ErrNotOwner
+	case e.data == nil && e.token == token:
+		sh.m[d] = entry{fp: rec.Fingerprint, claimed: e.claimed, expires: later(now, retention), data: data}
+		return nil
+	case e.data != nil && string(tokenOf(e.data)) == token:
+		return nil
+	}
+	return store.ErrNotOwner
+}
+
+// release deletes d's claim when it is in flight under token. It returns
+// nil when d holds nothing (a resent Release, or a lapsed claim), and
+// store.ErrNotOwner, deleting nothing, otherwise.
+func (c *core) release(d digest, token string) error {
+	sh := c.shard(d)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.live(c, d, c.clock())
+	switch {
+	case !ok:
+		return nil
+	case e.data == nil && e.token == token:
+		sh.remove(c, d)
+		return nil
+	}
+	return store.ErrNotOwner
+}
+
+// extend sets the remaining life of d's claim when it is in flight under
+// token, and returns store.ErrNotOwner otherwise.
+func (c *core) extend(d digest, token string, ttl time.Duration) error {
+	sh := c.shard(d)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := c.clock()
+	e, ok := sh.live(c, d, now)
+	if !ok || e.data != nil || e.token != token {
 		return store.ErrNotOwner
 	}
-	change(sh, e, now)
+	e.expires = later(now, ttl)
+	sh.m[d] = e
 	return nil
 }
-
-// keptBy reports a key that holds a record kept under token.
-func keptBy(token string) func(e entry, ok bool) bool {
-	return func(e entry, ok bool) bool { return ok && e.rec != nil && e.token == token }
-}
-
-// free reports a key that holds nothing.
-func free(_ entry, ok bool) bool { return !ok }
 
 // makeRoom removes expired entries for a claim that found the store full,
 // and reports whether it removed any. It makes a pass over the whole store
@@ -352,16 +360,4 @@ func later(now int64, d time.Duration) int64 {
 		return math.MaxInt64
 	}
 	return now + int64(d)
-}
-
-// clip sets the capacity of rec's slices to their length.
-func clip(rec *store.Record) {
-	if cap(rec.Body) > len(rec.Body) {
-		rec.Body = rec.Body[:len(rec.Body):len(rec.Body)]
-	}
-	for k, vs := range rec.Header {
-		if cap(vs) > len(vs) {
-			rec.Header[k] = vs[:len(vs):len(vs)]
-		}
-	}
 }

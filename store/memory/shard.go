@@ -7,19 +7,25 @@ import (
 	"github.com/idemkey/idemkey/store"
 )
 
-// entry is one key: a claim while rec is nil, a completed record after.
+// entry is one key: a claim while data is nil, a kept record after.
 type entry struct {
-	token   string   // the owner's token; kept with the record, so a resent Complete finds its own
-	fp      [32]byte // the claim's fingerprint, then the record's
-	claimed int64    // clock offset at which the key was claimed
 	expires int64    // clock offset at which the entry lapses
-	rec     *store.Record
+	claimed int64    // clock offset at which the key was claimed
+	fp      [32]byte // the claim's fingerprint, then the record's
+	// token is a claim's owner token, the caller's own string. A kept
+	// record holds its token in data, and token is empty.
+	token string
+	// data is the kept record, encoded (see encode); nil while in flight.
+	data []byte
 }
 
+// result is the answer to a claim under token that finds e, live, at now.
+// It reads only e, a copy, and the record's bytes, which never change once
+// kept: claim calls it after letting go of the shard's lock.
 func (e *entry) result(c *core, token string, now int64) store.Result {
 	switch {
-	case e.rec != nil:
-		return store.Result{State: store.Completed, Fingerprint: e.fp, Record: e.rec}
+	case e.data != nil:
+		return store.Result{State: store.Completed, Fingerprint: e.fp, Record: decode(e.data, e.fp)}
 	case e.token == token:
 		return store.Result{State: store.Mine, Fingerprint: e.fp}
 	default:
@@ -30,26 +36,27 @@ func (e *entry) result(c *core, token string, now int64) store.Result {
 // shard is one independently locked part of the store.
 type shard struct {
 	mu sync.Mutex
-	m  map[string]entry
+	m  map[digest]entry
 	_  [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
-// owned reports whether e (ok: present) is a live claim held by token. A
-// lapsed entry it finds is removed.
-func (sh *shard) owned(c *core, key string, e entry, ok bool, token string, now int64) bool {
+// live returns d's entry when it is inside its life at now. An entry past
+// its life is removed, and reported as absent.
+func (sh *shard) live(c *core, d digest, now int64) (entry, bool) {
+	e, ok := sh.m[d]
 	if !ok {
-		return false
+		return entry{}, false
 	}
 	if now >= e.expires {
-		sh.remove(c, key)
-		return false
+		sh.remove(c, d)
+		return entry{}, false
 	}
-	return e.rec == nil && e.token == token
+	return e, true
 }
 
-// remove deletes key.
-func (sh *shard) remove(c *core, key string) {
-	delete(sh.m, key)
+// remove deletes d.
+func (sh *shard) remove(c *core, d digest) {
+	delete(sh.m, d)
 	c.n.Add(-1)
 }
 
@@ -57,9 +64,9 @@ func (sh *shard) remove(c *core, key string) {
 // removed.
 func (sh *shard) sweep(c *core, now int64) int {
 	removed := 0
-	for k, e := range sh.m {
+	for d, e := range sh.m {
 		if now >= e.expires {
-			delete(sh.m, k)
+			delete(sh.m, d)
 			removed++
 		}
 	}
