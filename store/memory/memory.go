@@ -82,12 +82,17 @@ type core struct {
 	now      func() time.Time
 	base     time.Time // clock offsets are measured from here
 	mono     bool      // now is time.Now: measure with time.Since
-	max      int64
+	max      int64     // bound on entries
+	maxBytes int64     // bound on bytes, checked by claims
 	interval time.Duration
 
-	_         [64]byte
-	n         atomic.Int64 // entries held, expired ones not yet removed included
-	_         [56]byte
+	_ [64]byte
+	// n and bytes are what the store holds, expired entries not yet
+	// removed included; bytes as cost counts them. They share a cache
+	// line: every change to one changes the other.
+	n         atomic.Int64
+	bytes     atomic.Int64
+	_         [48]byte
 	lastSweep atomic.Int64 // clock offset of the last pass over the whole store
 
 	stop      chan struct{}
@@ -107,6 +112,7 @@ func New(opts ...Option) (*Store, error) {
 	c := &core{
 		now:      cfg.now,
 		max:      int64(cfg.maxRecords),
+		maxBytes: cfg.maxBytes,
 		interval: cfg.interval,
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
@@ -132,9 +138,24 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Len returns the number of claims and records the store holds, including
-// expired ones that have not been removed yet.
-func (s *Store) Len() int { return int(s.c.n.Load()) }
+// Stats is what a store holds.
+type Stats struct {
+	// Entries is the number of claims and records, expired ones that have
+	// not been removed yet included. WithMaxRecords bounds it.
+	Entries int64
+	// Bytes is the memory they take, as the store counts it against
+	// WithMaxBytes: for each entry 200 bytes (its slot in a map, as
+	// measured), plus a claim's owner token, or a record's encoded size
+	// (its body, its header names and values, its token, and a few bytes
+	// of status and times, rounded up to the size of its allocation).
+	Bytes int64
+}
+
+// Stats returns what the store holds. Each field is read atomically, the
+// two not together: under load they may be a moment apart.
+func (s *Store) Stats() Stats {
+	return Stats{Entries: s.c.n.Load(), Bytes: s.c.bytes.Load()}
+}
 
 // Claim implements store.Store. It returns the context's error, and claims
 // nothing, when ctx is already done; an error when c.TTL is not positive;
@@ -222,27 +243,41 @@ func (c *core) claim(d digest, cl store.Claim) (store.Result, error) {
 			sh.mu.Unlock()
 			return e.result(c, cl.Token, now), nil
 		}
-		if c.reserve() {
-			sh.m[d] = entry{token: cl.Token, fp: cl.Fingerprint, claimed: now, expires: later(now, cl.TTL)}
+		e = entry{token: cl.Token, fp: cl.Fingerprint, claimed: now, expires: later(now, cl.TTL)}
+		bound := c.reserve(e.cost())
+		if bound == nil {
+			sh.m[d] = e
 			sh.mu.Unlock()
 			return store.Result{State: store.Claimed, Fingerprint: cl.Fingerprint}, nil
 		}
 		sh.mu.Unlock()
 		if !c.makeRoom(now) {
-			return store.Result{}, c.full()
+			return store.Result{}, bound
 		}
 	}
 }
 
-// reserve counts one more entry, unless the store is full.
-func (c *core) reserve() bool {
+// reserve counts one more entry, of cost bytes, unless that would take the
+// store past one of its bounds: then it counts nothing and returns the
+// error of a claim refused because the store is full.
+func (c *core) reserve(cost int64) error {
 	for {
 		n := c.n.Load()
 		if n >= c.max {
-			return false
+			return fmt.Errorf("idemkey: memory: %d entries held, the bound is %d: %w", n, c.max, store.ErrFull)
 		}
 		if c.n.CompareAndSwap(n, n+1) {
-			return true
+			break
+		}
+	}
+	for {
+		b := c.bytes.Load()
+		if b+cost > c.maxBytes {
+			c.n.Add(-1)
+			return fmt.Errorf("idemkey: memory: %d bytes held, the bound is %d: %w", b, c.maxBytes, store.ErrFull)
+		}
+		if c.bytes.CompareAndSwap(b, b+cost) {
+			return nil
 		}
 	}
 }
@@ -261,7 +296,12 @@ func (c *core) complete(d digest, token string, rec *store.Record, retention tim
 	case !ok:
 		return store.ErrNotOwner
 	case e.data == nil && e.token == token:
-		sh.m[d] = entry{fp: rec.Fingerprint, claimed: e.claimed, expires: later(now, retention), data: data}
+		// Kept even when it takes the store past its byte bound: the
+		// handler has run, and a record dropped here would let a retry
+		// run it again. Claims are what the bound refuses.
+		kept := entry{fp: rec.Fingerprint, claimed: e.claimed, expires: later(now, retention), data: data}
+		sh.m[d] = kept
+		c.bytes.Add(kept.cost() - e.cost())
 		return nil
 	case e.data != nil && string(tokenOf(e.data)) == token:
 		return nil
@@ -281,7 +321,7 @@ func (c *core) release(d digest, token string) error {
 	case !ok:
 		return nil
 	case e.data == nil && e.token == token:
-		sh.remove(c, d)
+		sh.remove(c, d, e)
 		return nil
 	}
 	return store.ErrNotOwner
@@ -314,11 +354,6 @@ func (c *core) makeRoom(now int64) bool {
 		return false
 	}
 	return c.sweep(now) > 0
-}
-
-// full returns the error of a claim refused because the store is full.
-func (c *core) full() error {
-	return fmt.Errorf("idemkey: memory: %d entries held, the bound is %d: %w", c.n.Load(), c.max, store.ErrFull)
 }
 
 // sweep removes every expired entry and returns how many it removed.

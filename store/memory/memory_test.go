@@ -53,20 +53,24 @@ func held(s *Store, key string) bool {
 	return ok
 }
 
-// checkInvariants checks the bookkeeping a store keeps beside its maps.
+// checkInvariants checks the counts a store keeps beside its maps.
 func checkInvariants(t *testing.T, s *Store) {
 	t.Helper()
-	total := 0
+	var total, bytes int64
 	for i := range s.c.shards {
 		sh := &s.c.shards[i]
 		sh.mu.Lock()
-		total += len(sh.m)
+		total += int64(len(sh.m))
+		for _, e := range sh.m {
+			bytes += e.cost()
+		}
 		sh.mu.Unlock()
 	}
-	if n := s.Len(); n != total {
-		t.Errorf("Len() = %d, but the shards hold %d entries", n, total)
+	st := s.Stats()
+	if st.Entries != total || st.Bytes != bytes {
+		t.Errorf("Stats() = %+v, but the shards hold %d entries of %d bytes", st, total, bytes)
 	}
-	if int64(total) > s.c.max {
+	if total > s.c.max {
 		t.Errorf("the store holds %d entries, over its bound of %d", total, s.c.max)
 	}
 }
@@ -75,6 +79,9 @@ func TestDefaults(t *testing.T) {
 	s := mustNew(t)
 	if s.c.max != 100_000 || DefaultMaxRecords != 100_000 {
 		t.Errorf("max records %d (DefaultMaxRecords %d), want 100000", s.c.max, DefaultMaxRecords)
+	}
+	if s.c.maxBytes != 256<<20 || DefaultMaxBytes != 256<<20 {
+		t.Errorf("max bytes %d (DefaultMaxBytes %d), want 256 MiB", s.c.maxBytes, DefaultMaxBytes)
 	}
 	if s.c.interval != time.Minute || DefaultJanitorInterval != time.Minute {
 		t.Errorf("janitor interval %v (DefaultJanitorInterval %v), want 1m", s.c.interval, DefaultJanitorInterval)
@@ -95,8 +102,43 @@ func TestDefaults(t *testing.T) {
 	if _, err := s.Claim(t.Context(), "one-more", claimOf("t")); !errors.Is(err, store.ErrFull) {
 		t.Fatalf("claim past the default bound: error %v, want store.ErrFull", err)
 	}
-	if s.Len() != DefaultMaxRecords {
-		t.Fatalf("Len() = %d, want %d", s.Len(), DefaultMaxRecords)
+	if s.Stats().Entries != DefaultMaxRecords {
+		t.Fatalf("Entries = %d, want %d", s.Stats().Entries, DefaultMaxRecords)
+	}
+}
+
+// TestDefaultMaxBytes checks that the default byte bound holds: records of
+// 1 MiB fill a store at about 256 of them.
+func TestDefaultMaxBytes(t *testing.T) {
+	s := mustNew(t)
+	ctx := t.Context()
+	body := make([]byte, 1<<20)
+	kept := 0
+	for i := range 300 {
+		key := store.KeyName("big", fmt.Sprint(i))
+		_, err := s.Claim(ctx, key, claimOf("t"))
+		if errors.Is(err, store.ErrFull) {
+			if !strings.Contains(err.Error(), "bytes held") {
+				t.Errorf("refusal %q does not say the byte bound was reached", err)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, key, "t", &store.Record{Status: 200, Body: body}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		kept++
+	}
+	if kept < 250 || kept > 256 {
+		t.Fatalf("%d records of 1 MiB kept before the store was full, want about 256", kept)
+	}
+	// The last claim was admitted under the bound, and its record may
+	// take the store past it: by less than one record.
+	const record = 1<<20 + 16<<10
+	if b := s.Stats().Bytes; b < DefaultMaxBytes-record || b > DefaultMaxBytes+record {
+		t.Fatalf("Bytes = %d when full, want within a record of %d", b, DefaultMaxBytes)
 	}
 }
 
@@ -118,6 +160,8 @@ func TestOptionsInvalid(t *testing.T) {
 	}{
 		{"MaxRecordsZero", WithMaxRecords(0)},
 		{"MaxRecordsNegative", WithMaxRecords(-1)},
+		{"MaxBytesZero", WithMaxBytes(0)},
+		{"MaxBytesNegative", WithMaxBytes(-1)},
 		{"NilClock", WithClock(nil)},
 		{"JanitorIntervalZero", WithJanitorInterval(0)},
 		{"JanitorIntervalNegative", WithJanitorInterval(-time.Second)},
@@ -137,9 +181,9 @@ func TestOptionsInvalid(t *testing.T) {
 
 func TestOptionsApplied(t *testing.T) {
 	clock := newFakeClock()
-	s := mustNew(t, WithMaxRecords(7), WithClock(clock.Now), WithJanitorInterval(3*time.Second))
-	if s.c.max != 7 || s.c.interval != 3*time.Second || !s.c.now().Equal(clock.Now()) {
-		t.Errorf("options not applied: max %d, interval %v, clock %v", s.c.max, s.c.interval, s.c.now())
+	s := mustNew(t, WithMaxRecords(7), WithMaxBytes(1234), WithClock(clock.Now), WithJanitorInterval(3*time.Second))
+	if s.c.max != 7 || s.c.maxBytes != 1234 || s.c.interval != 3*time.Second || !s.c.now().Equal(clock.Now()) {
+		t.Errorf("options not applied: max %d, max bytes %d, interval %v, clock %v", s.c.max, s.c.maxBytes, s.c.interval, s.c.now())
 	}
 }
 
@@ -149,8 +193,8 @@ func TestBadArguments(t *testing.T) {
 	if _, err := s.Claim(ctx, "k", store.Claim{Token: "a", TTL: 0}); err == nil {
 		t.Error("Claim with a zero TTL: no error")
 	}
-	if s.Len() != 0 {
-		t.Fatalf("a refused claim left %d entries", s.Len())
+	if s.Stats().Entries != 0 {
+		t.Fatalf("a refused claim left %d entries", s.Stats().Entries)
 	}
 	mustClaim(t, s, "k", "a", store.Claimed)
 	if err := s.Complete(ctx, "k", "a", nil, time.Hour); err == nil {
@@ -176,20 +220,20 @@ func TestLazyExpiry(t *testing.T) {
 	mustComplete(t, s, "record", "a", 2*time.Hour)
 	clock.Advance(3 * time.Hour)
 	// Nothing has touched them yet, and the janitor has not run.
-	if s.Len() != 2 {
-		t.Fatalf("Len() = %d before any access, want 2", s.Len())
+	if s.Stats().Entries != 2 {
+		t.Fatalf("Entries = %d before any access, want 2", s.Stats().Entries)
 	}
 	// The owner of a lapsed claim finds it gone, and that removes it.
 	if err := s.Complete(t.Context(), "claim", "a", &store.Record{}, time.Hour); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("Complete of a lapsed claim: %v, want store.ErrNotOwner", err)
 	}
-	if held(s, "claim") || s.Len() != 1 {
-		t.Fatalf("a lapsed claim stayed after an access: Len() = %d", s.Len())
+	if held(s, "claim") || s.Stats().Entries != 1 {
+		t.Fatalf("a lapsed claim stayed after an access: Entries = %d", s.Stats().Entries)
 	}
 	// A claim on a lapsed record replaces it.
 	mustClaim(t, s, "record", "b", store.Claimed)
-	if s.Len() != 1 {
-		t.Fatalf("Len() = %d, want 1", s.Len())
+	if s.Stats().Entries != 1 {
+		t.Fatalf("Entries = %d, want 1", s.Stats().Entries)
 	}
 	checkInvariants(t, s)
 }
@@ -216,8 +260,8 @@ func TestFullStore(t *testing.T) {
 		}
 		clock.Advance(2 * time.Second) // past the sweep gap: the pass finds nothing to remove
 	}
-	if held(s, "new") || s.Len() != 3 {
-		t.Fatalf("a refused claim changed the store: Len() = %d", s.Len())
+	if held(s, "new") || s.Stats().Entries != 3 {
+		t.Fatalf("a refused claim changed the store: Entries = %d", s.Stats().Entries)
 	}
 
 	// Everything held still answers, and its owners can still finish.
@@ -263,13 +307,13 @@ func TestFullStoreSweepGap(t *testing.T) {
 	if _, err := s.Claim(ctx, "c", claimOf("t")); !errors.Is(err, store.ErrFull) {
 		t.Fatalf("claim within the sweep gap: %v, want store.ErrFull", err)
 	}
-	if s.Len() != 2 {
-		t.Fatalf("Len() = %d: a pass was made within the sweep gap", s.Len())
+	if s.Stats().Entries != 2 {
+		t.Fatalf("Entries = %d: a pass was made within the sweep gap", s.Stats().Entries)
 	}
 	clock.Advance(500 * time.Millisecond)
 	mustClaim(t, s, "c", "t", store.Claimed)
-	if held(s, "a") || held(s, "b") || s.Len() != 1 {
-		t.Fatalf("the pass left lapsed claims: Len() = %d", s.Len())
+	if held(s, "a") || held(s, "b") || s.Stats().Entries != 1 {
+		t.Fatalf("the pass left lapsed claims: Entries = %d", s.Stats().Entries)
 	}
 }
 
@@ -326,18 +370,18 @@ func TestJanitor(t *testing.T) {
 
 		time.Sleep(1700 * time.Millisecond) // the claim lapsed at 1.5s; the janitor last ran at 1s
 		synctest.Wait()
-		if s.Len() != 3 {
-			t.Fatalf("at 1.7s Len() = %d, want 3: nothing has removed the lapsed claim yet", s.Len())
+		if s.Stats().Entries != 3 {
+			t.Fatalf("at 1.7s Entries = %d, want 3: nothing has removed the lapsed claim yet", s.Stats().Entries)
 		}
 		time.Sleep(time.Second) // the janitor ran at 2s
 		synctest.Wait()
-		if s.Len() != 2 || held(s, "claim") {
-			t.Fatalf("at 2.7s Len() = %d, want 2: the janitor should have removed the lapsed claim", s.Len())
+		if s.Stats().Entries != 2 || held(s, "claim") {
+			t.Fatalf("at 2.7s Entries = %d, want 2: the janitor should have removed the lapsed claim", s.Stats().Entries)
 		}
 		time.Sleep(2 * time.Second) // the record lapsed at 3.5s, the janitor ran at 4s
 		synctest.Wait()
-		if s.Len() != 1 || held(s, "record") || !held(s, "live") {
-			t.Fatalf("at 4.7s Len() = %d, want 1: the janitor should have removed the lapsed record", s.Len())
+		if s.Stats().Entries != 1 || held(s, "record") || !held(s, "live") {
+			t.Fatalf("at 4.7s Entries = %d, want 1: the janitor should have removed the lapsed record", s.Stats().Entries)
 		}
 		checkInvariants(t, s)
 
@@ -465,8 +509,8 @@ func TestChurn(t *testing.T) {
 		clock.Advance(time.Duration(r.IntN(200)) * time.Millisecond)
 		if i%1000 == 0 {
 			checkInvariants(t, s)
-			if s.Len() > 300 {
-				t.Fatalf("Len() = %d over the bound of 300", s.Len())
+			if s.Stats().Entries > 300 {
+				t.Fatalf("Entries = %d over the bound of 300", s.Stats().Entries)
 			}
 		}
 	}
@@ -643,4 +687,145 @@ func TestClockReadUnderLock(t *testing.T) {
 			t.Errorf("InFlight with %v of life left, more than the holder's TTL of %v", r.TTL, ttl)
 		}
 	}
+}
+
+// TestMaxBytes checks the byte bound: claims are refused past it, a
+// Complete is kept even when it takes the store past it, and room made by
+// a release or a lapse is room again.
+func TestMaxBytes(t *testing.T) {
+	clock := newFakeClock()
+	const bound = 8 << 10
+	s := mustNew(t, WithMaxBytes(bound), WithClock(clock.Now))
+	ctx := t.Context()
+	body := make([]byte, 3000)
+	complete := func(key, tok string, retention time.Duration) {
+		t.Helper()
+		if err := s.Complete(ctx, key, tok, &store.Record{Status: 200, Body: body}, retention); err != nil {
+			t.Fatalf("Complete(%q): %v", key, err)
+		}
+	}
+	// Two claims fit; their records together take the store past the
+	// bound, and both are kept.
+	mustClaim(t, s, "a", "t-a", store.Claimed)
+	mustClaim(t, s, "b", "t-b", store.Claimed)
+	mustClaim(t, s, "c", "t-c", store.Claimed)
+	complete("a", "t-a", time.Hour)
+	complete("b", "t-b", 10*time.Second)
+	complete("c", "t-c", time.Hour)
+	if b := s.Stats().Bytes; b <= bound {
+		t.Fatalf("Bytes = %d, want past the bound of %d (three records of 3000 bytes)", b, bound)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		res := mustClaim(t, s, k, "other", store.Completed)
+		if len(res.Record.Body) != len(body) {
+			t.Fatalf("%s: body of %d bytes, want %d", k, len(res.Record.Body), len(body))
+		}
+	}
+	// Past the bound, claims on new keys are refused.
+	_, err := s.Claim(ctx, "d", claimOf("t-d"))
+	if !errors.Is(err, store.ErrFull) || !strings.HasPrefix(err.Error(), "idemkey: memory: ") || !strings.Contains(err.Error(), "bytes held") {
+		t.Fatalf("claim past the byte bound: %v, want an error wrapping store.ErrFull that names the byte bound", err)
+	}
+	checkInvariants(t, s)
+	// When b lapses, its bytes are room again.
+	clock.Advance(11 * time.Second)
+	mustClaim(t, s, "d", "t-d", store.Claimed)
+	if err := s.Release(ctx, "d", "t-d"); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, s, "a", "other", store.Completed)
+	checkInvariants(t, s)
+}
+
+// TestStats checks what Stats counts for each kind of entry.
+func TestStats(t *testing.T) {
+	clock := newFakeClock()
+	s := mustNew(t, WithClock(clock.Now))
+	ctx := t.Context()
+	if st := s.Stats(); st != (Stats{}) {
+		t.Fatalf("Stats of a new store = %+v, want zero", st)
+	}
+	tok := "token-0123456789"
+	mustClaim(t, s, "k", tok, store.Claimed)
+	if st, want := s.Stats(), (Stats{Entries: 1, Bytes: entryOverhead + int64(len(tok))}); st != want {
+		t.Fatalf("Stats with one claim = %+v, want %+v", st, want)
+	}
+	rec := &store.Record{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: make([]byte, 1000)}
+	if err := s.Complete(ctx, "k", tok, rec, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// The record counts its body, header, token and a few bytes more,
+	// rounded up to its allocation.
+	min := entryOverhead + int64(len(rec.Body)+len("Content-Type")+len("application/json")+len(tok))
+	if st := s.Stats(); st.Entries != 1 || st.Bytes < min || st.Bytes > min+128 {
+		t.Fatalf("Stats with one record = %+v, want 1 entry of %d to %d bytes", st, min, min+128)
+	}
+	mustClaim(t, s, "j", tok, store.Claimed)
+	if err := s.Release(ctx, "j", tok); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Entries != 1 {
+		t.Fatalf("Stats after a release = %+v, want the record alone", st)
+	}
+	clock.Advance(2 * time.Hour)
+	s.c.sweep(s.c.clock())
+	if st := s.Stats(); st != (Stats{}) {
+		t.Fatalf("Stats once the record lapsed and was removed = %+v, want zero", st)
+	}
+}
+
+// TestBytesMatchHeap checks that what Stats counts is close to what the
+// records take on the heap, for 50,000 records of a typical size.
+func TestBytesMatchHeap(t *testing.T) {
+	const n = 50_000
+	// settle collects until the heap stops shrinking: a store that an
+	// earlier test dropped goes in two collections, with its cleanup run
+	// between them.
+	settle := func() (m runtime.MemStats) {
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		for range 20 {
+			time.Sleep(10 * time.Millisecond)
+			last := m.HeapAlloc
+			runtime.GC()
+			runtime.ReadMemStats(&m)
+			if m.HeapAlloc >= last-last/1000 {
+				break
+			}
+		}
+		return m
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = store.KeyName("heap", fmt.Sprint(i))
+	}
+	recs := make([]*store.Record, n)
+	for i := range recs {
+		recs[i] = liveRecord(i)
+	}
+	before := settle()
+	s, err := New(WithMaxRecords(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	for i, key := range keys {
+		tok := fmt.Sprintf("token-%020d", i) // a fresh string per key, as the middleware makes
+		if _, err := s.Claim(ctx, key, store.Claim{Token: tok, TTL: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, key, tok, recs[i], time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := settle()
+	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	counted := s.Stats().Bytes
+	t.Logf("%d records: heap grew %d bytes (%d a record), Stats counts %d (%d a record)", n, heap, heap/n, counted, counted/n)
+	if counted < heap*3/4 || counted > heap*5/4 {
+		t.Errorf("Stats counts %d bytes for records that took %d on the heap: more than 25%% apart", counted, heap)
+	}
+	runtime.KeepAlive(keys) // alive across both measurements, as recs is
+	runtime.KeepAlive(recs)
 }
