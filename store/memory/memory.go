@@ -1,36 +1,62 @@
 // Package memory is the embedded store: claims and records kept in this
 // process's memory.
 //
-// It suits a service that runs as one process. Everything it holds is lost
-// when the process exits, and two processes never see each other's claims,
-// so a service with several replicas behind a load balancer needs a shared
-// store such as store/redis.
+// It is for a service that runs as one process, and for tests. Everything
+// it holds is lost when the process exits, and two processes never see each
+// other's claims, so a service with several replicas behind a load balancer
+// needs a shared store such as store/redis.
+//
+// # Bounds: full means 503, never eviction
+//
+// The store holds at most WithMaxRecords claims and records together
+// (default 100,000) and at most WithMaxBytes bytes of them (default
+// 256 MiB; see Stats for what is counted). A claim on a new key that would
+// pass either bound first removes expired entries (one pass over the store
+// at most every second), and is then refused with an error wrapping
+// store.ErrFull, which the middleware answers with 503 unavailable and
+// reports. The store never drops a claim or a record inside its life to
+// make room, so one caller's flood of fresh keys cannot make another
+// caller's retry run its handler again: it fills the store, and new keys
+// wait until records lapse. On a full store everything already held works
+// as ever: replays, in-flight answers, Complete, Release and Extend.
+//
+// Complete is never refused, whatever the record's size: the bytes held can
+// pass WithMaxBytes by the records of the claims in flight when it was
+// reached (see WithMaxBytes).
+//
+// Stats reports the entries and bytes held; export them as gauges to see
+// how near the bounds a service runs.
+//
+// # Time
+//
+// Claims and records lapse against the store's clock (see WithClock): every
+// access checks the entry it touches, and a background janitor removes the
+// rest (see WithJanitorInterval). Expired entries count against the bounds
+// until they are removed.
+//
+// # Records are copied
+//
+// Complete copies the record it is given, and its owner token, into one
+// byte slice, so that the garbage collector has one object, with no pointer
+// in it, to mark for each record the store holds: the caller keeps rec, and
+// may reuse or change it once Complete returns. Every Claim that finds the
+// key completed returns a new Record decoded from that copy, with a new
+// Header: the caller may change both. Its Body, though, is the store's own
+// copy, shared with every other replay of the key, and must not be written
+// to; its capacity is clipped to its length, so an append to it copies it.
+// Decoding costs a replay a few small allocations (the Record, its Header
+// map and one string for the names and values); a service that replays the
+// same keys often can keep decoded records with the middleware's
+// WithLocalCache.
+//
+// # Inside
 //
 // The store is split into shards by the key's digest, each with its own
 // lock, so requests for different keys rarely wait for each other. A claim
 // is a map lookup and, for a new key, an insert under one shard's lock. The
 // maps are keyed by the 32-byte SHA-256 inside a name store.KeyName makes
-// (any other name is held under a SHA-256 of it).
-// Claims and records lapse against the store's clock (see WithClock): every
-// access checks the entry it touches, and a background janitor removes the
-// rest (see WithJanitorInterval). The store holds at most a fixed number of
-// entries (see WithMaxRecords); when it is full it refuses claims on new
-// keys with an error wrapping store.ErrFull, and never drops a claim or a
-// record inside its life to make room.
-//
-// # Records are copied
-//
-// Complete copies the record it is given, and its owner token, into one
-// byte slice (so that the garbage collector has one object, with no
-// pointers in it, to mark for each record the store holds): the caller
-// keeps rec, and may reuse or change it once Complete returns. Every Claim that finds the key completed returns a new
-// Record decoded from that copy, with a new Header: the caller may change
-// both. Its Body, though, is the store's own copy, shared with every other
-// replay of the key, and must not be written to; its capacity is clipped to
-// its length, so an append to it copies it. Decoding costs a replay a few
-// small allocations (the Record, its Header map and one string for the
-// names and values); a service that replays the same keys often can keep
-// decoded records with the middleware's WithLocalCache.
+// (any other name is held under a SHA-256 of it), so their keys hold no
+// pointers either.
 package memory
 
 import (
