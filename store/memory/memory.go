@@ -271,26 +271,32 @@ func (c *core) claim(d digest, cl store.Claim) (store.Result, error) {
 		}
 		e = entry{token: cl.Token, fp: cl.Fingerprint, claimed: now, expires: later(now, cl.TTL)}
 		bound := c.reserve(e.cost())
-		if bound == nil {
+		if bound == withinBounds {
 			sh.m[d] = e
 			sh.mu.Unlock()
 			return store.Result{State: store.Claimed, Fingerprint: cl.Fingerprint}, nil
 		}
 		sh.mu.Unlock()
 		if !c.makeRoom(now) {
-			return store.Result{}, bound
+			return store.Result{}, c.full(bound)
 		}
 	}
 }
 
+// The outcomes of reserve.
+const (
+	withinBounds = iota
+	entriesFull
+	bytesFull
+)
+
 // reserve counts one more entry, of cost bytes, unless that would take the
-// store past one of its bounds: then it counts nothing and returns the
-// error of a claim refused because the store is full.
-func (c *core) reserve(cost int64) error {
+// store past one of its bounds: then it counts nothing and says which.
+func (c *core) reserve(cost int64) int {
 	for {
 		n := c.n.Load()
 		if n >= c.max {
-			return fmt.Errorf("idemkey: memory: %d entries held, the bound is %d: %w", n, c.max, store.ErrFull)
+			return entriesFull
 		}
 		if c.n.CompareAndSwap(n, n+1) {
 			break
@@ -300,12 +306,22 @@ func (c *core) reserve(cost int64) error {
 		b := c.bytes.Load()
 		if b+cost > c.maxBytes {
 			c.n.Add(-1)
-			return fmt.Errorf("idemkey: memory: %d bytes held, the bound is %d: %w", b, c.maxBytes, store.ErrFull)
+			return bytesFull
 		}
 		if c.bytes.CompareAndSwap(b, b+cost) {
-			return nil
+			return withinBounds
 		}
 	}
+}
+
+// full returns the error of a claim that reserve refused for bound. It is
+// made outside the shard's lock, which a flood of refused claims would
+// otherwise hold the longer.
+func (c *core) full(bound int) error {
+	if bound == entriesFull {
+		return fmt.Errorf("idemkey: memory: %d entries held, the bound is %d: %w", c.n.Load(), c.max, store.ErrFull)
+	}
+	return fmt.Errorf("idemkey: memory: %d bytes held, the bound is %d: %w", c.bytes.Load(), c.maxBytes, store.ErrFull)
 }
 
 // complete keeps rec when d is in flight under token. It returns nil, and

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"io"
 
 	"github.com/idemkey/idemkey/store"
@@ -39,28 +40,51 @@ func digestOf(name string) digest {
 // parse to one digest.
 func parseName(name string) (d digest, ok bool) {
 	const start = len(store.KeyPrefix) + 1
-	if len(name) != nameLen || name[:len(store.KeyPrefix)] != store.KeyPrefix || name[start-1] != '{' || name[nameLen-1] != '}' {
+	if len(name) != nameLen || name[:start] != store.KeyPrefix+"{" || name[nameLen-1] != '}' {
 		return d, false
 	}
 	hex := name[start : nameLen-1]
-	for i := range d {
-		hi, lo := unhex[hex[2*i]], unhex[hex[2*i+1]]
-		if hi|lo > 0xf {
-			return d, false
-		}
-		d[i] = hi<<4 | lo
+	valid := uint64(lanes80)
+	for i := range len(d) / 4 {
+		v, ok := unhex8(load64(hex[8*i:]))
+		valid &= ok
+		binary.LittleEndian.PutUint32(d[4*i:], v)
 	}
-	return d, true
+	return d, valid == lanes80
 }
 
-// unhex maps a lower-case hex digit to its value, and every other byte to
-// 0xff.
-var unhex = func() (t [256]byte) {
-	for i := range t {
-		t[i] = 0xff
-	}
-	for i, c := range "0123456789abcdef" {
-		t[c] = byte(i)
-	}
-	return t
-}()
+// Every byte of a uint64 holding the value.
+const (
+	lanes01 = 0x0101010101010101
+	lanes80 = 0x80 * lanes01
+)
+
+// load64 returns the first 8 bytes of s, the first the lowest.
+func load64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// unhex8 decodes the 8 hex digits in x (the first the lowest byte) into 4
+// bytes (the first the lowest). valid has the top bit of each of x's bytes
+// set when that byte is a lower-case hex digit, and clear otherwise. Each
+// byte of x is worked on at once, in its own 8 bits; a byte of 0x80 or more
+// marks itself invalid first, so the carries it may spill into its
+// neighbours do not matter.
+func unhex8(x uint64) (v uint32, valid uint64) {
+	ascii := ^x & lanes80
+	// The top bit of (b + 0x80 - lo) is set when b >= lo, for b < 0x80.
+	digit := (x + (0x80-'0')*lanes01) &^ (x + (0x80-'9'-1)*lanes01)
+	lower := (x + (0x80-'a')*lanes01) &^ (x + (0x80-'f'-1)*lanes01)
+	valid = (digit | lower) & ascii
+	// '0'-'9' are 0x30-0x39 and 'a'-'f' 0x61-0x66: the low four bits,
+	// plus 9 when bit 6 is set.
+	n := x&(0x0f*lanes01) + (x>>6&lanes01)*9
+	// Pair the digits, the first of each pair the high half of its byte,
+	// then gather the four bytes.
+	n = (n<<4 | n>>8) & 0x00ff00ff00ff00ff
+	n = (n | n>>8) & 0x0000ffff0000ffff
+	n = n | n>>16
+	return uint32(n), valid
+}

@@ -130,6 +130,10 @@ type reader struct {
 }
 
 func (r *reader) uvarint() int {
+	if b := r.b[r.i]; b < 0x80 { // most lengths and counts are short
+		r.i++
+		return int(b)
+	}
 	v, n := binary.Uvarint(r.b[r.i:])
 	r.i += n
 	return int(v)

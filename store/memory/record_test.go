@@ -2,6 +2,7 @@ package memory
 
 import (
 	"bytes"
+	"encoding/hex"
 	"net/http"
 	"slices"
 	"strings"
@@ -86,6 +87,61 @@ func TestDigestOf(t *testing.T) {
 		seen[d] = o
 		if d != digestOf(o) {
 			t.Errorf("digestOf(%q) differs between calls", o)
+		}
+	}
+}
+
+// FuzzParseName checks parseName against encoding/hex on names of
+// KeyName's shape: it accepts exactly the lower-case hex ones, with the
+// digest they hold.
+func FuzzParseName(f *testing.F) {
+	f.Add(store.KeyName("alice", "pay-1")[len(store.KeyPrefix)+1 : nameLen-1])
+	f.Add(strings.Repeat("0", 64))
+	f.Add(strings.Repeat("f", 64))
+	f.Add(strings.Repeat("F", 64))
+	f.Add(strings.Repeat("g", 64))
+	f.Add(strings.Repeat("/:`@", 16))
+	f.Add(strings.Repeat("\x80\xff", 32))
+	f.Fuzz(func(t *testing.T, hexDigits string) {
+		if len(hexDigits) != 64 {
+			return
+		}
+		d, ok := parseName(store.KeyPrefix + "{" + hexDigits + "}")
+		want, err := hex.DecodeString(hexDigits)
+		lower := strings.ToLower(hexDigits) == hexDigits
+		if ok != (err == nil && lower) {
+			t.Fatalf("parseName(%q) ok = %v; hex.DecodeString error %v, lower case %v", hexDigits, ok, err, lower)
+		}
+		if ok && !bytes.Equal(d[:], want) {
+			t.Fatalf("parseName(%q) = %x, want %x", hexDigits, d, want)
+		}
+	})
+}
+
+func BenchmarkParseName(b *testing.B) {
+	name := store.KeyName("alice", "pay-1")
+	for b.Loop() {
+		if _, ok := parseName(name); !ok {
+			b.Fatal("not parsed")
+		}
+	}
+}
+
+// TestParseNameEveryByte puts every byte value at every position of a
+// KeyName's hex and checks that parseName accepts exactly the lower-case
+// hex digits, with the right value.
+func TestParseNameEveryByte(t *testing.T) {
+	base := []byte(strings.Repeat("5a", 32))
+	for pos := range base {
+		for c := range 256 {
+			digits := bytes.Clone(base)
+			digits[pos] = byte(c)
+			d, ok := parseName(store.KeyPrefix + "{" + string(digits) + "}")
+			want, err := hex.DecodeString(string(digits))
+			valid := err == nil && bytes.Equal(bytes.ToLower(digits), digits)
+			if ok != valid || ok && !bytes.Equal(d[:], want) {
+				t.Fatalf("byte %#x at %d: parseName = %x, %v; want %x, %v", c, pos, d, ok, want, valid)
+			}
 		}
 	}
 }
