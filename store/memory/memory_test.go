@@ -829,3 +829,48 @@ func TestBytesMatchHeap(t *testing.T) {
 	runtime.KeepAlive(keys) // alive across both measurements, as recs is
 	runtime.KeepAlive(recs)
 }
+
+// TestJanitorRacesCompletes runs the janitor every millisecond while
+// claims lapse and records are kept around it, and checks that it never
+// removes a record or a claim inside its life.
+func TestJanitorRacesCompletes(t *testing.T) {
+	clock := newFakeClock()
+	s := mustNew(t, WithClock(clock.Now), WithJanitorInterval(time.Millisecond))
+	ctx := t.Context()
+	const workers, rounds = 4, 2000
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				key := store.KeyName("janitor", fmt.Sprint(w, "-", i))
+				tok := fmt.Sprint("t", w, "-", i)
+				// A claim that lapses within a round, then one that is kept.
+				if _, err := s.Claim(ctx, key, store.Claim{Token: "lapsing", TTL: time.Millisecond}); err != nil {
+					t.Error(err)
+					return
+				}
+				clock.Advance(time.Millisecond)
+				res, err := s.Claim(ctx, key, store.Claim{Token: tok, TTL: time.Minute})
+				if err != nil || res.State != store.Claimed {
+					t.Errorf("claim after a lapse: %v %v", res.State, err)
+					return
+				}
+				if err := s.Complete(ctx, key, tok, &store.Record{Status: 201, Body: []byte(tok)}, time.Hour); err != nil {
+					t.Errorf("Complete of a live claim: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for w := range workers {
+		for i := range rounds {
+			key := store.KeyName("janitor", fmt.Sprint(w, "-", i))
+			res := mustClaim(t, s, key, "check", store.Completed)
+			if want := fmt.Sprint("t", w, "-", i); string(res.Record.Body) != want {
+				t.Fatalf("%d-%d: body %q, want %q", w, i, res.Record.Body, want)
+			}
+		}
+	}
+	checkInvariants(t, s)
+}
