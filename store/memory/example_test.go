@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -45,4 +46,32 @@ func Example() {
 	// first try: claimed
 	// retry while running: in flight
 	// retry after: completed 201 {"id":"ord_1"}
+}
+
+// A full store refuses claims on new keys, and keeps answering for the keys
+// it holds. Stats tells how near the bounds it runs.
+func ExampleStore_Stats() {
+	s, err := memory.New(memory.WithMaxRecords(2))
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	claim := func(key, token string) (store.Result, error) {
+		return s.Claim(ctx, store.KeyName("user-42", key), store.Claim{Token: token, TTL: 35 * time.Second})
+	}
+
+	claim("order-1", "token-1")
+	s.Complete(ctx, store.KeyName("user-42", "order-1"), "token-1", &store.Record{Status: http.StatusCreated}, 24*time.Hour)
+	claim("order-2", "token-2")
+	fmt.Println("entries:", s.Stats().Entries)
+
+	_, err = claim("order-3", "token-3")
+	fmt.Println("a new key:", errors.Is(err, store.ErrFull))
+	res, _ := claim("order-1", "token-4")
+	fmt.Println("a held key:", res.State)
+	// Output:
+	// entries: 2
+	// a new key: true
+	// a held key: completed
 }

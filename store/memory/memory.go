@@ -1,35 +1,68 @@
 // Package memory is the embedded store: claims and records kept in this
 // process's memory.
 //
-// It suits a service that runs as one process. Everything it holds is lost
-// when the process exits, and two processes never see each other's claims,
-// so a service with several replicas behind a load balancer needs a shared
-// store such as store/redis.
+// It is for a service that runs as one process, and for tests. Everything
+// it holds is lost when the process exits, and two processes never see each
+// other's claims, so a service with several replicas behind a load balancer
+// needs a shared store such as store/redis.
 //
-// The store is split into shards by a hash of the key, each with its own
-// lock, so requests for different keys rarely wait for each other. A claim
-// is a map lookup and, for a new key, an insert under one shard's lock.
+// # Bounds: full means 503, never eviction
+//
+// The store holds at most WithMaxRecords claims and records together
+// (default 100,000) and at most WithMaxBytes bytes of them (default
+// 256 MiB; see Stats for what is counted). A claim on a new key that would
+// pass either bound first removes expired entries (one pass over the store
+// at most every second), and is then refused with an error wrapping
+// store.ErrFull, which the middleware answers with 503 unavailable and
+// reports. The store never drops a claim or a record inside its life to
+// make room, so one caller's flood of fresh keys cannot make another
+// caller's retry run its handler again: it fills the store, and new keys
+// wait until records lapse. On a full store everything already held works
+// as ever: replays, in-flight answers, Complete, Release and Extend.
+//
+// Complete is never refused, whatever the record's size: the bytes held can
+// pass WithMaxBytes by the records of the claims in flight when it was
+// reached (see WithMaxBytes).
+//
+// Stats reports the entries and bytes held; export them as gauges to see
+// how near the bounds a service runs.
+//
+// # Time
+//
 // Claims and records lapse against the store's clock (see WithClock): every
 // access checks the entry it touches, and a background janitor removes the
-// rest (see WithJanitorInterval). The store holds at most a fixed number of
-// entries (see WithMaxRecords).
+// rest (see WithJanitorInterval). Expired entries count against the bounds
+// until they are removed.
 //
-// # Records are shared, not copied
+// # Records are copied
 //
-// Complete takes ownership of the record it is given: the caller must not
-// modify the Record, its Header or its Body afterwards. The store keeps that
-// very pointer, and every Claim that finds the key completed returns it.
-// Such a record is shared by every request that replays it and must be
-// treated as read-only. To make accidental appends harmless, Complete clips
-// the capacity of the Body slice and of each Header value slice to their
-// length, so that an append to a value copied out of a kept record
-// allocates a new array instead of writing into the store's.
+// Complete copies the record it is given, and its owner token, into one
+// byte slice, so that the garbage collector has one object, with no pointer
+// in it, to mark for each record the store holds: the caller keeps rec, and
+// may reuse or change it once Complete returns. Every Claim that finds the
+// key completed returns a new Record decoded from that copy, with a new
+// Header: the caller may change both. Its Body, though, is the store's own
+// copy, shared with every other replay of the key, and must not be written
+// to; its capacity is clipped to its length, so an append to it copies it.
+// Decoding costs a replay a few small allocations (the Record, its Header
+// map and one string for the names and values); a service that replays the
+// same keys often can keep decoded records with the middleware's
+// WithLocalCache.
+//
+// # Inside
+//
+// The store is split into shards by the key's digest, each with its own
+// lock, so requests for different keys rarely wait for each other. A claim
+// is a map lookup and, for a new key, an insert under one shard's lock. The
+// maps are keyed by the 32-byte SHA-256 inside a name store.KeyName makes
+// (any other name is held under a SHA-256 of it), so their keys hold no
+// pointers either.
 package memory
 
 import (
 	"context"
 	"errors"
-	"hash/maphash"
+	"fmt"
 	"math"
 	"runtime"
 	"sync"
@@ -54,14 +87,17 @@ var (
 	errNilRecord = errors.New("idemkey: memory: the record must not be nil")
 )
 
-// Store keeps claims and records in memory. It implements store.Store and is
-// safe for concurrent use. Create it with New and stop its janitor with
-// Close.
+// Store keeps claims and records in memory. It implements store.Store and
+// store.Extender, and is safe for concurrent use. Create it with New and
+// stop its janitor with Close.
 type Store struct {
 	c *core
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Extender = (*Store)(nil)
+)
 
 // core is the state the janitor shares with the store. It is separate from
 // Store so that a Store that is dropped without Close can be collected, and
@@ -69,18 +105,20 @@ var _ store.Store = (*Store)(nil)
 type core struct {
 	shards [numShards]shard
 
-	seed     maphash.Seed
 	now      func() time.Time
 	base     time.Time // clock offsets are measured from here
 	mono     bool      // now is time.Now: measure with time.Since
-	max      int64
+	max      int64     // bound on entries
+	maxBytes int64     // bound on bytes, checked by claims
 	interval time.Duration
 
-	_         [64]byte
-	n         atomic.Int64 // entries held, expired ones not yet removed included
-	_         [56]byte
-	seq       atomic.Uint64 // completion order: the last sequence number given out
-	_         [56]byte
+	_ [64]byte
+	// n and bytes are what the store holds, expired entries not yet
+	// removed included; bytes as cost counts them. They share a cache
+	// line: every change to one changes the other.
+	n         atomic.Int64
+	bytes     atomic.Int64
+	_         [48]byte
 	lastSweep atomic.Int64 // clock offset of the last pass over the whole store
 
 	stop      chan struct{}
@@ -98,9 +136,9 @@ func New(opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	c := &core{
-		seed:     maphash.MakeSeed(),
 		now:      cfg.now,
 		max:      int64(cfg.maxRecords),
+		maxBytes: cfg.maxBytes,
 		interval: cfg.interval,
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
@@ -109,8 +147,7 @@ func New(opts ...Option) (*Store, error) {
 	c.mono = cfg.defaultClock
 	c.lastSweep.Store(math.MinInt64 / 2)
 	for i := range c.shards {
-		c.shards[i].m = make(map[string]entry)
-		c.shards[i].oldest.Store(math.MaxUint64)
+		c.shards[i].m = make(map[digest]entry)
 	}
 	go c.janitor()
 	s := &Store{c: c}
@@ -127,16 +164,31 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Len returns the number of claims and records the store holds, including
-// expired ones that have not been removed yet.
-func (s *Store) Len() int { return int(s.c.n.Load()) }
+// Stats is what a store holds.
+type Stats struct {
+	// Entries is the number of claims and records, expired ones that have
+	// not been removed yet included. WithMaxRecords bounds it.
+	Entries int64
+	// Bytes is the memory they take, as the store counts it against
+	// WithMaxBytes: for each entry 200 bytes (its slot in a map, as
+	// measured), plus a claim's owner token, or a record's encoded size
+	// (its body, its header names and values, its token, and a few bytes
+	// of status and times, rounded up to the size of its allocation).
+	Bytes int64
+}
+
+// Stats returns what the store holds. Each field is read atomically, the
+// two not together: under load they may be a moment apart.
+func (s *Store) Stats() Stats {
+	return Stats{Entries: s.c.n.Load(), Bytes: s.c.bytes.Load()}
+}
 
 // Claim implements store.Store. It returns the context's error, and claims
 // nothing, when ctx is already done; an error when c.TTL is not positive;
-// and store.ErrFull when the store is full of live claims.
+// and an error wrapping store.ErrFull when the store is full.
 //
-// A Completed result carries the record that Complete was given: it is
-// shared, and read-only (see the package documentation).
+// A Completed result carries a new Record whose Body is shared and
+// read-only (see the package documentation).
 func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Result{}, err
@@ -144,14 +196,14 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	if c.TTL <= 0 {
 		return store.Result{}, errTTL
 	}
-	return s.c.claim(key, c)
+	return s.c.claim(digestOf(key), c)
 }
 
-// Complete implements store.Store. It takes ownership of rec (see the
-// package documentation) and keeps it as given: the store does not set
-// CreatedAt or CompletedAt. It returns the context's error when ctx is already
-// done, and an error when rec is nil or retention is not positive; in each
-// case it changes nothing.
+// Complete implements store.Store. It keeps a copy of rec as given (see the
+// package documentation): the store does not set CreatedAt or CompletedAt.
+// It returns the context's error when ctx is already done, and an error
+// when rec is nil or retention is not positive; in each case it changes
+// nothing.
 func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Record, retention time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -162,7 +214,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	if retention <= 0 {
 		return errRetention
 	}
-	return s.c.complete(key, token, rec, retention)
+	return s.c.complete(digestOf(key), token, rec, retention)
 }
 
 // Release implements store.Store. It returns the context's error, and
@@ -171,11 +223,11 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.c.release(key, token)
+	return s.c.release(digestOf(key), token)
 }
 
-// Extend implements store.Store. It returns the context's error when ctx is
-// already done, and an error when ttl is not positive; in each case it
+// Extend implements store.Extender. It returns the context's error when ctx
+// is already done, and an error when ttl is not positive; in each case it
 // changes nothing.
 func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
@@ -184,7 +236,7 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	if ttl <= 0 {
 		return errTTL
 	}
-	return s.c.extend(key, token, ttl)
+	return s.c.extend(digestOf(key), token, ttl)
 }
 
 // clock returns the current time as an offset from c.base.
@@ -197,132 +249,153 @@ func (c *core) clock() int64 {
 	return int64(c.now().Sub(c.base))
 }
 
-func (c *core) shard(key string) *shard {
-	return &c.shards[maphash.String(c.seed, key)&(numShards-1)]
+// shard returns the shard that holds d. A digest is a SHA-256 already, so
+// its first byte spreads keys evenly.
+func (c *core) shard(d digest) *shard {
+	return &c.shards[d[0]&(numShards-1)]
 }
 
-func (c *core) claim(key string, cl store.Claim) (store.Result, error) {
-	sh := c.shard(key)
+func (c *core) claim(d digest, cl store.Claim) (store.Result, error) {
+	sh := c.shard(d)
 	for {
-		now := c.clock()
 		sh.mu.Lock()
-		if e, ok := sh.m[key]; ok {
-			if now < e.expires {
-				res := e.result(c, cl.Token, now)
-				sh.mu.Unlock()
-				return res, nil
-			}
-			sh.remove(c, key, e)
+		// Read the clock under the lock: a reading taken before it could
+		// predate a claim made meanwhile, and then answer that claim's
+		// remaining life as longer than its TTL, or start this claim's
+		// life before it was made.
+		now := c.clock()
+		e, ok := sh.live(c, d, now)
+		if ok {
+			sh.mu.Unlock()
+			return e.result(c, cl.Token, now), nil
 		}
-		if c.reserve() {
-			sh.m[key] = entry{token: cl.Token, fp: cl.Fingerprint, claimed: now, expires: later(now, cl.TTL)}
+		e = entry{token: cl.Token, fp: cl.Fingerprint, claimed: now, expires: later(now, cl.TTL)}
+		bound := c.reserve(e.cost())
+		if bound == withinBounds {
+			sh.m[d] = e
 			sh.mu.Unlock()
 			return store.Result{State: store.Claimed, Fingerprint: cl.Fingerprint}, nil
 		}
 		sh.mu.Unlock()
 		if !c.makeRoom(now) {
-			return store.Result{}, store.ErrFull
+			return store.Result{}, c.full(bound)
 		}
 	}
 }
 
-// reserve counts one more entry, unless the store is full.
-func (c *core) reserve() bool {
+// The outcomes of reserve.
+const (
+	withinBounds = iota
+	entriesFull
+	bytesFull
+)
+
+// reserve counts one more entry, of cost bytes, unless that would take the
+// store past one of its bounds: then it counts nothing and says which.
+func (c *core) reserve(cost int64) int {
 	for {
 		n := c.n.Load()
 		if n >= c.max {
-			return false
+			return entriesFull
 		}
 		if c.n.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
-
-func (c *core) complete(key, token string, rec *store.Record, retention time.Duration) error {
-	clip(rec)
-	return c.owned(key, token, keptBy(token), func(sh *shard, e entry, now int64) {
-		seq := c.seq.Add(1)
-		sh.m[key] = entry{token: token, fp: rec.Fingerprint, claimed: e.claimed, expires: later(now, retention), seq: seq, rec: rec}
-		sh.pushDone(key, seq)
-	})
-}
-
-func (c *core) release(key, token string) error {
-	return c.owned(key, token, free, func(sh *shard, e entry, _ int64) {
-		sh.remove(c, key, e)
-	})
-}
-
-func (c *core) extend(key, token string, ttl time.Duration) error {
-	return c.owned(key, token, nil, func(sh *shard, e entry, now int64) {
-		e.expires = later(now, ttl)
-		sh.m[key] = e
-	})
-}
-
-// owned runs change on key's entry, under its shard's lock, when key is in
-// flight under token. Otherwise it changes nothing, and returns nil when
-// done (if not nil) reports that the key already is as the call would have
-// left it (a resent call), and store.ErrNotOwner when it is not. Complete,
-// Release and Extend are all this check followed by their own change.
-func (c *core) owned(key, token string, done func(e entry, ok bool) bool, change func(sh *shard, e entry, now int64)) error {
-	sh := c.shard(key)
-	now := c.clock()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e, ok := sh.m[key]
-	if !sh.owned(c, key, e, ok, token, now) {
-		if ok && now >= e.expires {
-			ok = false // owned removed it
-		}
-		if done != nil && done(e, ok) {
-			return nil
-		}
-		return store.ErrNotOwner
-	}
-	change(sh, e, now)
-	return nil
-}
-
-// keptBy reports a key that holds a record kept under token.
-func keptBy(token string) func(e entry, ok bool) bool {
-	return func(e entry, ok bool) bool { return ok && e.rec != nil && e.token == token }
-}
-
-// free reports a key that holds nothing.
-func free(_ entry, ok bool) bool { return !ok }
-
-// makeRoom frees at least one entry for a claim that found the store full,
-// and reports whether it did. It first removes expired entries, when no pass
-// over the whole store was made in the last minSweepGap, then evicts the
-// record completed longest ago. It never evicts a live claim.
-func (c *core) makeRoom(now int64) bool {
-	if last := c.lastSweep.Load(); now-last >= minSweepGap && c.lastSweep.CompareAndSwap(last, now) {
-		if c.sweep(now) > 0 {
-			return true
+			break
 		}
 	}
 	for {
-		best, oldest := -1, uint64(math.MaxUint64)
-		for i := range c.shards {
-			if q := c.shards[i].oldest.Load(); q < oldest {
-				best, oldest = i, q
-			}
+		b := c.bytes.Load()
+		if b+cost > c.maxBytes {
+			c.n.Add(-1)
+			return bytesFull
 		}
-		if best < 0 {
-			return false
+		if c.bytes.CompareAndSwap(b, b+cost) {
+			return withinBounds
 		}
-		sh := &c.shards[best]
-		sh.mu.Lock()
-		ok := sh.evictOldest(c)
-		sh.mu.Unlock()
-		if ok {
-			return true
-		}
-		// That shard's records went since we looked (the janitor, or
-		// another claim): look again.
 	}
+}
+
+// full returns the error of a claim that reserve refused for bound. It is
+// made outside the shard's lock, which a flood of refused claims would
+// otherwise hold the longer.
+func (c *core) full(bound int) error {
+	if bound == entriesFull {
+		return fmt.Errorf("idemkey: memory: %d entries held, the bound is %d: %w", c.n.Load(), c.max, store.ErrFull)
+	}
+	return fmt.Errorf("idemkey: memory: %d bytes held, the bound is %d: %w", c.bytes.Load(), c.maxBytes, store.ErrFull)
+}
+
+// complete keeps rec when d is in flight under token. It returns nil, and
+// changes nothing, when d already holds a record kept under token (a
+// resent Complete), and store.ErrNotOwner otherwise.
+func (c *core) complete(d digest, token string, rec *store.Record, retention time.Duration) error {
+	data := encode(token, rec) // outside the lock: it allocates and copies
+	sh := c.shard(d)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := c.clock() // under the lock, as in claim
+	e, ok := sh.live(c, d, now)
+	switch {
+	case !ok:
+		return store.ErrNotOwner
+	case e.data == nil && e.token == token:
+		// Kept even when it takes the store past its byte bound: the
+		// handler has run, and a record dropped here would let a retry
+		// run it again. Claims are what the bound refuses.
+		kept := entry{fp: rec.Fingerprint, claimed: e.claimed, expires: later(now, retention), data: data}
+		sh.m[d] = kept
+		c.bytes.Add(kept.cost() - e.cost())
+		return nil
+	case e.data != nil && string(tokenOf(e.data)) == token:
+		return nil
+	}
+	return store.ErrNotOwner
+}
+
+// release deletes d's claim when it is in flight under token. It returns
+// nil when d holds nothing (a resent Release, or a lapsed claim), and
+// store.ErrNotOwner, deleting nothing, otherwise.
+func (c *core) release(d digest, token string) error {
+	sh := c.shard(d)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.live(c, d, c.clock())
+	switch {
+	case !ok:
+		return nil
+	case e.data == nil && e.token == token:
+		sh.remove(c, d, e)
+		return nil
+	}
+	return store.ErrNotOwner
+}
+
+// extend sets the remaining life of d's claim when it is in flight under
+// token, and returns store.ErrNotOwner otherwise.
+func (c *core) extend(d digest, token string, ttl time.Duration) error {
+	sh := c.shard(d)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := c.clock()
+	e, ok := sh.live(c, d, now)
+	if !ok || e.data != nil || e.token != token {
+		return store.ErrNotOwner
+	}
+	e.expires = later(now, ttl)
+	sh.m[d] = e
+	return nil
+}
+
+// makeRoom removes expired entries for a claim that found the store full,
+// and reports whether it removed any. It makes a pass over the whole store
+// only when no pass was made in the last minSweepGap (the janitor's
+// included), so that a flood of claims on a full store does not make one
+// pass each. It never removes an entry inside its life.
+func (c *core) makeRoom(now int64) bool {
+	last := c.lastSweep.Load()
+	if now-last < minSweepGap || !c.lastSweep.CompareAndSwap(last, now) {
+		return false
+	}
+	return c.sweep(now) > 0
 }
 
 // sweep removes every expired entry and returns how many it removed.
@@ -364,16 +437,4 @@ func later(now int64, d time.Duration) int64 {
 		return math.MaxInt64
 	}
 	return now + int64(d)
-}
-
-// clip sets the capacity of rec's slices to their length.
-func clip(rec *store.Record) {
-	if cap(rec.Body) > len(rec.Body) {
-		rec.Body = rec.Body[:len(rec.Body):len(rec.Body)]
-	}
-	for k, vs := range rec.Header {
-		if cap(vs) > len(vs) {
-			rec.Header[k] = vs[:len(vs):len(vs)]
-		}
-	}
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -45,54 +45,33 @@ func mustComplete(t *testing.T, s *Store, key, token string, retention time.Dura
 // held reports whether the store holds an entry for key, without touching
 // it the way a Claim would.
 func held(s *Store, key string) bool {
-	sh := s.c.shard(key)
+	d := digestOf(key)
+	sh := s.c.shard(d)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	_, ok := sh.m[key]
+	_, ok := sh.m[d]
 	return ok
 }
 
-// checkInvariants checks the bookkeeping a store keeps beside its maps.
+// checkInvariants checks the counts a store keeps beside its maps.
 func checkInvariants(t *testing.T, s *Store) {
 	t.Helper()
-	total, queued := 0, 0
+	var total, bytes int64
 	for i := range s.c.shards {
 		sh := &s.c.shards[i]
 		sh.mu.Lock()
-		total += len(sh.m)
-		queued += len(sh.done) - sh.head
-		if sh.head < len(sh.done) {
-			front := sh.done[sh.head]
-			if !sh.live(front) {
-				t.Errorf("shard %d: the front of the completion queue is stale", i)
-			}
-			if got := sh.oldest.Load(); got != front.seq {
-				t.Errorf("shard %d: oldest %d, want the front's %d", i, got, front.seq)
-			}
-		} else if got := sh.oldest.Load(); got != math.MaxUint64 {
-			t.Errorf("shard %d: empty completion queue, but oldest is %d", i, got)
-		}
-		completed, live := 0, 0
+		total += int64(len(sh.m))
 		for _, e := range sh.m {
-			if e.rec != nil {
-				completed++
-			}
-		}
-		for _, r := range sh.done[sh.head:] {
-			if sh.live(r) {
-				live++
-			}
-		}
-		if completed != live {
-			t.Errorf("shard %d: %d completed records, %d of them queued", i, completed, live)
+			bytes += e.cost()
 		}
 		sh.mu.Unlock()
 	}
-	if n := s.Len(); n != total {
-		t.Errorf("Len() = %d, but the shards hold %d entries", n, total)
+	st := s.Stats()
+	if st.Entries != total || st.Bytes != bytes {
+		t.Errorf("Stats() = %+v, but the shards hold %d entries of %d bytes", st, total, bytes)
 	}
-	if limit := 2*total + numShards*65; queued > limit {
-		t.Errorf("completion queues hold %d references for %d entries (limit %d)", queued, total, limit)
+	if total > s.c.max {
+		t.Errorf("the store holds %d entries, over its bound of %d", total, s.c.max)
 	}
 }
 
@@ -100,6 +79,9 @@ func TestDefaults(t *testing.T) {
 	s := mustNew(t)
 	if s.c.max != 100_000 || DefaultMaxRecords != 100_000 {
 		t.Errorf("max records %d (DefaultMaxRecords %d), want 100000", s.c.max, DefaultMaxRecords)
+	}
+	if s.c.maxBytes != 256<<20 || DefaultMaxBytes != 256<<20 {
+		t.Errorf("max bytes %d (DefaultMaxBytes %d), want 256 MiB", s.c.maxBytes, DefaultMaxBytes)
 	}
 	if s.c.interval != time.Minute || DefaultJanitorInterval != time.Minute {
 		t.Errorf("janitor interval %v (DefaultJanitorInterval %v), want 1m", s.c.interval, DefaultJanitorInterval)
@@ -120,8 +102,43 @@ func TestDefaults(t *testing.T) {
 	if _, err := s.Claim(t.Context(), "one-more", claimOf("t")); !errors.Is(err, store.ErrFull) {
 		t.Fatalf("claim past the default bound: error %v, want store.ErrFull", err)
 	}
-	if s.Len() != DefaultMaxRecords {
-		t.Fatalf("Len() = %d, want %d", s.Len(), DefaultMaxRecords)
+	if s.Stats().Entries != DefaultMaxRecords {
+		t.Fatalf("Entries = %d, want %d", s.Stats().Entries, DefaultMaxRecords)
+	}
+}
+
+// TestDefaultMaxBytes checks that the default byte bound holds: records of
+// 1 MiB fill a store at about 256 of them.
+func TestDefaultMaxBytes(t *testing.T) {
+	s := mustNew(t)
+	ctx := t.Context()
+	body := make([]byte, 1<<20)
+	kept := 0
+	for i := range 300 {
+		key := store.KeyName("big", fmt.Sprint(i))
+		_, err := s.Claim(ctx, key, claimOf("t"))
+		if errors.Is(err, store.ErrFull) {
+			if !strings.Contains(err.Error(), "bytes held") {
+				t.Errorf("refusal %q does not say the byte bound was reached", err)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, key, "t", &store.Record{Status: 200, Body: body}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		kept++
+	}
+	if kept < 250 || kept > 256 {
+		t.Fatalf("%d records of 1 MiB kept before the store was full, want about 256", kept)
+	}
+	// The last claim was admitted under the bound, and its record may
+	// take the store past it: by less than one record.
+	const record = 1<<20 + 16<<10
+	if b := s.Stats().Bytes; b < DefaultMaxBytes-record || b > DefaultMaxBytes+record {
+		t.Fatalf("Bytes = %d when full, want within a record of %d", b, DefaultMaxBytes)
 	}
 }
 
@@ -143,6 +160,8 @@ func TestOptionsInvalid(t *testing.T) {
 	}{
 		{"MaxRecordsZero", WithMaxRecords(0)},
 		{"MaxRecordsNegative", WithMaxRecords(-1)},
+		{"MaxBytesZero", WithMaxBytes(0)},
+		{"MaxBytesNegative", WithMaxBytes(-1)},
 		{"NilClock", WithClock(nil)},
 		{"JanitorIntervalZero", WithJanitorInterval(0)},
 		{"JanitorIntervalNegative", WithJanitorInterval(-time.Second)},
@@ -162,9 +181,9 @@ func TestOptionsInvalid(t *testing.T) {
 
 func TestOptionsApplied(t *testing.T) {
 	clock := newFakeClock()
-	s := mustNew(t, WithMaxRecords(7), WithClock(clock.Now), WithJanitorInterval(3*time.Second))
-	if s.c.max != 7 || s.c.interval != 3*time.Second || !s.c.now().Equal(clock.Now()) {
-		t.Errorf("options not applied: max %d, interval %v, clock %v", s.c.max, s.c.interval, s.c.now())
+	s := mustNew(t, WithMaxRecords(7), WithMaxBytes(1234), WithClock(clock.Now), WithJanitorInterval(3*time.Second))
+	if s.c.max != 7 || s.c.maxBytes != 1234 || s.c.interval != 3*time.Second || !s.c.now().Equal(clock.Now()) {
+		t.Errorf("options not applied: max %d, max bytes %d, interval %v, clock %v", s.c.max, s.c.maxBytes, s.c.interval, s.c.now())
 	}
 }
 
@@ -174,8 +193,8 @@ func TestBadArguments(t *testing.T) {
 	if _, err := s.Claim(ctx, "k", store.Claim{Token: "a", TTL: 0}); err == nil {
 		t.Error("Claim with a zero TTL: no error")
 	}
-	if s.Len() != 0 {
-		t.Fatalf("a refused claim left %d entries", s.Len())
+	if s.Stats().Entries != 0 {
+		t.Fatalf("a refused claim left %d entries", s.Stats().Entries)
 	}
 	mustClaim(t, s, "k", "a", store.Claimed)
 	if err := s.Complete(ctx, "k", "a", nil, time.Hour); err == nil {
@@ -201,99 +220,101 @@ func TestLazyExpiry(t *testing.T) {
 	mustComplete(t, s, "record", "a", 2*time.Hour)
 	clock.Advance(3 * time.Hour)
 	// Nothing has touched them yet, and the janitor has not run.
-	if s.Len() != 2 {
-		t.Fatalf("Len() = %d before any access, want 2", s.Len())
+	if s.Stats().Entries != 2 {
+		t.Fatalf("Entries = %d before any access, want 2", s.Stats().Entries)
 	}
 	// The owner of a lapsed claim finds it gone, and that removes it.
 	if err := s.Complete(t.Context(), "claim", "a", &store.Record{}, time.Hour); !errors.Is(err, store.ErrNotOwner) {
 		t.Fatalf("Complete of a lapsed claim: %v, want store.ErrNotOwner", err)
 	}
-	if held(s, "claim") || s.Len() != 1 {
-		t.Fatalf("a lapsed claim stayed after an access: Len() = %d", s.Len())
+	if held(s, "claim") || s.Stats().Entries != 1 {
+		t.Fatalf("a lapsed claim stayed after an access: Entries = %d", s.Stats().Entries)
 	}
 	// A claim on a lapsed record replaces it.
 	mustClaim(t, s, "record", "b", store.Claimed)
-	if s.Len() != 1 {
-		t.Fatalf("Len() = %d, want 1", s.Len())
+	if s.Stats().Entries != 1 {
+		t.Fatalf("Entries = %d, want 1", s.Stats().Entries)
 	}
 	checkInvariants(t, s)
 }
 
-func TestEvictsOldestCompleted(t *testing.T) {
+// TestFullStore checks that a full store refuses claims on new keys, and
+// only those: replays, in-flight answers, Complete, Release and Extend work
+// as ever, and nothing inside its life is removed.
+func TestFullStore(t *testing.T) {
 	clock := newFakeClock()
 	s := mustNew(t, WithMaxRecords(3), WithClock(clock.Now))
-	// Claimed in one order, completed in another: completion decides.
-	for _, k := range []string{"b", "a", "c"} {
-		mustClaim(t, s, k, "t-"+k, store.Claimed)
-	}
-	for _, k := range []string{"a", "c", "b"} {
-		mustComplete(t, s, k, "t-"+k, time.Hour)
-		clock.Advance(time.Second)
-	}
-	mustClaim(t, s, "d", "t-d", store.Claimed)
-	if held(s, "a") || !held(s, "b") || !held(s, "c") || !held(s, "d") {
-		t.Fatalf("after one eviction: a %v b %v c %v d %v, want only a gone", held(s, "a"), held(s, "b"), held(s, "c"), held(s, "d"))
-	}
-	mustClaim(t, s, "e", "t-e", store.Claimed)
-	if held(s, "c") || !held(s, "b") {
-		t.Fatalf("after a second eviction: b %v c %v, want c gone and b kept", held(s, "b"), held(s, "c"))
-	}
-	// Kept records still replay.
-	mustClaim(t, s, "b", "other", store.Completed)
-	if s.Len() != 3 {
-		t.Fatalf("Len() = %d, want 3", s.Len())
-	}
-	checkInvariants(t, s)
-}
-
-func TestEvictsOldestCompletedWithoutClockTicks(t *testing.T) {
-	// Completions at one instant still evict in completion order.
-	s := mustNew(t, WithMaxRecords(50), WithClock(newFakeClock().Now))
-	for i := range 50 {
-		k := fmt.Sprint("k", i)
-		mustClaim(t, s, k, "t", store.Claimed)
-		mustComplete(t, s, k, "t", time.Hour)
-	}
-	for i := range 20 {
-		mustClaim(t, s, fmt.Sprint("new", i), "t", store.Claimed)
-	}
-	for i := range 50 {
-		if got, want := held(s, fmt.Sprint("k", i)), i >= 20; got != want {
-			t.Errorf("k%d held %v, want %v", i, got, want)
-		}
-	}
-	checkInvariants(t, s)
-}
-
-func TestNeverEvictsClaims(t *testing.T) {
-	clock := newFakeClock()
-	s := mustNew(t, WithMaxRecords(3), WithClock(clock.Now))
+	ctx := t.Context()
+	mustClaim(t, s, "kept", "t-kept", store.Claimed)
+	kept := mustComplete(t, s, "kept", "t-kept", time.Hour)
 	mustClaim(t, s, "x", "t-x", store.Claimed)
 	mustClaim(t, s, "y", "t-y", store.Claimed)
-	mustClaim(t, s, "z", "t-z", store.Claimed)
-	mustComplete(t, s, "z", "t-z", time.Hour)
-	mustClaim(t, s, "w", "t-w", store.Claimed) // evicts the record z
-	if held(s, "z") {
-		t.Fatal("the completed record z was not evicted")
-	}
-	// Only live claims remain: nothing may go.
+
 	for range 2 {
-		if _, err := s.Claim(t.Context(), "v", claimOf("t-v")); !errors.Is(err, store.ErrFull) {
-			t.Fatalf("claim in a store full of claims: %v, want store.ErrFull", err)
+		_, err := s.Claim(ctx, "new", claimOf("t-new"))
+		if !errors.Is(err, store.ErrFull) {
+			t.Fatalf("claim of a new key in a full store: %v, want store.ErrFull", err)
+		}
+		if want := "idemkey: memory: 3 entries held, the bound is 3: idemkey: store: full"; err.Error() != want {
+			t.Errorf("error %q, want %q", err, want)
+		}
+		clock.Advance(2 * time.Second) // past the sweep gap: the pass finds nothing to remove
+	}
+	if held(s, "new") || s.Stats().Entries != 3 {
+		t.Fatalf("a refused claim changed the store: Entries = %d", s.Stats().Entries)
+	}
+
+	// Everything held still answers, and its owners can still finish.
+	res := mustClaim(t, s, "kept", "someone else", store.Completed)
+	if string(res.Record.Body) != string(kept.Body) {
+		t.Fatalf("replay in a full store: body %q, want %q", res.Record.Body, kept.Body)
+	}
+	mustClaim(t, s, "x", "someone else", store.InFlight)
+	mustClaim(t, s, "x", "t-x", store.Mine)
+	if err := s.Extend(ctx, "x", "t-x", time.Hour); err != nil {
+		t.Fatalf("Extend in a full store: %v", err)
+	}
+	mustComplete(t, s, "x", "t-x", time.Hour)
+	mustClaim(t, s, "x", "someone else", store.Completed)
+
+	// Room made by an owner is room again.
+	if err := s.Release(ctx, "y", "t-y"); err != nil {
+		t.Fatalf("Release in a full store: %v", err)
+	}
+	mustClaim(t, s, "new", "t-new", store.Claimed)
+	mustClaim(t, s, "kept", "someone else", store.Completed)
+	mustClaim(t, s, "x", "someone else", store.Completed)
+	checkInvariants(t, s)
+}
+
+// TestFullStoreSweepGap checks that claims on a full store look for
+// expired entries at most once per minSweepGap of the store's clock.
+func TestFullStoreSweepGap(t *testing.T) {
+	clock := newFakeClock()
+	s := mustNew(t, WithMaxRecords(2), WithClock(clock.Now))
+	ctx := t.Context()
+	short := store.Claim{Token: "t", TTL: 100 * time.Millisecond}
+	for _, k := range []string{"a", "b"} {
+		if _, err := s.Claim(ctx, k, short); err != nil {
+			t.Fatal(err)
 		}
 	}
-	for _, k := range []string{"x", "y", "w"} {
-		mustClaim(t, s, k, "someone else", store.InFlight)
+	// The first refusal makes a pass; it finds nothing lapsed yet.
+	if _, err := s.Claim(ctx, "c", claimOf("t")); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("claim in a full store: %v, want store.ErrFull", err)
 	}
-	if held(s, "v") || s.Len() != 3 {
-		t.Fatalf("a refused claim changed the store: Len() = %d", s.Len())
+	clock.Advance(500 * time.Millisecond) // a and b lapsed, but the last pass was 0.5s ago
+	if _, err := s.Claim(ctx, "c", claimOf("t")); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("claim within the sweep gap: %v, want store.ErrFull", err)
 	}
-	// Room made by the owner is room again.
-	if err := s.Release(t.Context(), "x", "t-x"); err != nil {
-		t.Fatal(err)
+	if s.Stats().Entries != 2 {
+		t.Fatalf("Entries = %d: a pass was made within the sweep gap", s.Stats().Entries)
 	}
-	mustClaim(t, s, "v", "t-v", store.Claimed)
-	checkInvariants(t, s)
+	clock.Advance(500 * time.Millisecond)
+	mustClaim(t, s, "c", "t", store.Claimed)
+	if held(s, "a") || held(s, "b") || s.Stats().Entries != 1 {
+		t.Fatalf("the pass left lapsed claims: Entries = %d", s.Stats().Entries)
+	}
 }
 
 func TestFullStoreDropsExpiredFirst(t *testing.T) {
@@ -312,7 +333,7 @@ func TestFullStoreDropsExpiredFirst(t *testing.T) {
 	mustClaim(t, s, "new-1", "t", store.Claimed)
 	mustClaim(t, s, "new-2", "t", store.Claimed)
 	if !held(s, "old") {
-		t.Fatal("a live record was evicted while expired entries took room")
+		t.Fatal("a live record was removed while expired entries took room")
 	}
 	if held(s, "young") || held(s, "abandoned") {
 		t.Fatal("expired entries survived a full store")
@@ -349,18 +370,18 @@ func TestJanitor(t *testing.T) {
 
 		time.Sleep(1700 * time.Millisecond) // the claim lapsed at 1.5s; the janitor last ran at 1s
 		synctest.Wait()
-		if s.Len() != 3 {
-			t.Fatalf("at 1.7s Len() = %d, want 3: nothing has removed the lapsed claim yet", s.Len())
+		if s.Stats().Entries != 3 {
+			t.Fatalf("at 1.7s Entries = %d, want 3: nothing has removed the lapsed claim yet", s.Stats().Entries)
 		}
 		time.Sleep(time.Second) // the janitor ran at 2s
 		synctest.Wait()
-		if s.Len() != 2 || held(s, "claim") {
-			t.Fatalf("at 2.7s Len() = %d, want 2: the janitor should have removed the lapsed claim", s.Len())
+		if s.Stats().Entries != 2 || held(s, "claim") {
+			t.Fatalf("at 2.7s Entries = %d, want 2: the janitor should have removed the lapsed claim", s.Stats().Entries)
 		}
 		time.Sleep(2 * time.Second) // the record lapsed at 3.5s, the janitor ran at 4s
 		synctest.Wait()
-		if s.Len() != 1 || held(s, "record") || !held(s, "live") {
-			t.Fatalf("at 4.7s Len() = %d, want 1: the janitor should have removed the lapsed record", s.Len())
+		if s.Stats().Entries != 1 || held(s, "record") || !held(s, "live") {
+			t.Fatalf("at 4.7s Entries = %d, want 1: the janitor should have removed the lapsed record", s.Stats().Entries)
 		}
 		checkInvariants(t, s)
 
@@ -415,60 +436,44 @@ func TestUnreachableStoreStopsJanitor(t *testing.T) {
 	t.Fatal("the janitor of an unreachable store kept running")
 }
 
-func TestKeptRecordIsShared(t *testing.T) {
+// TestKeptRecordIsCopied checks the package documentation's promise:
+// Complete keeps a copy, the caller's record stays the caller's, and each
+// Claim returns a new Record and Header whose Body cannot be grown into the
+// store's copy.
+func TestKeptRecordIsCopied(t *testing.T) {
 	s := mustNew(t)
 	body := make([]byte, 4, 64)
 	copy(body, "body")
-	values := make([]string, 1, 8)
-	values[0] = "a"
-	rec := &store.Record{Status: 200, Header: http.Header{"X-A": values}, Body: body}
+	rec := &store.Record{Status: 200, Header: http.Header{"X-A": {"a"}}, Body: body}
 	mustClaim(t, s, "k", "t", store.Claimed)
 	if err := s.Complete(t.Context(), "k", "t", rec, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	res := mustClaim(t, s, "k", "u", store.Completed)
-	if res.Record != rec {
-		t.Fatal("Claim returned a different record from the one Complete was given")
+	// The caller reuses its record: the kept one does not change.
+	copy(body, "BODY")
+	rec.Header.Set("X-A", "changed")
+	rec.Status = 500
+	first := mustClaim(t, s, "k", "u", store.Completed).Record
+	if first == rec || first.Status != 200 || string(first.Body) != "body" || first.Header.Get("X-A") != "a" {
+		t.Fatalf("kept record changed with the caller's: %+v", first)
 	}
-	if cap(rec.Body) != len(rec.Body) || cap(rec.Header["X-A"]) != len(rec.Header["X-A"]) {
-		t.Fatalf("Complete left spare capacity: body %d/%d, header values %d/%d",
-			len(rec.Body), cap(rec.Body), len(rec.Header["X-A"]), cap(rec.Header["X-A"]))
+	if cap(first.Body) != len(first.Body) {
+		t.Errorf("Claim returned a body with spare capacity: %d/%d", len(first.Body), cap(first.Body))
 	}
-	// Appends to slices copied out of the kept record allocate anew
-	// instead of writing into the spare room of the caller's arrays.
-	out := http.Header{"X-A": res.Record.Header["X-A"]}
-	out.Add("X-A", "b")
-	if spare := values[:2][1]; spare != "" {
-		t.Errorf("an append to copied header values wrote %q into the kept record's array", spare)
+	// A caller may change the Record and Header it was given; an append to
+	// the Body copies it.
+	first.Status = 418
+	first.Header.Set("X-A", "mine")
+	first.Header["X-B"] = append(first.Header["X-A"], "more")
+	_ = append(first.Body, "tail"...)
+	second := mustClaim(t, s, "k", "v", store.Completed).Record
+	if second == first || second.Status != 200 || string(second.Body) != "body" || len(second.Header) != 1 || second.Header.Get("X-A") != "a" {
+		t.Fatalf("a change to one Claim's record reached the next: %+v", second)
 	}
-	_ = append(res.Record.Body, "tail"...)
-	if spare := string(body[4:8]); spare != "\x00\x00\x00\x00" {
-		t.Errorf("an append to the copied body wrote %q into the kept record's array", spare)
-	}
-}
-
-// TestStaleQueueBounded keeps records lapsing and being claimed again
-// behind long-lived ones, in a store that is never full, and checks that
-// the references they leave behind are dropped.
-func TestStaleQueueBounded(t *testing.T) {
-	clock := newFakeClock()
-	s := mustNew(t, WithClock(clock.Now))
-	for i := range 4 * numShards {
-		k := fmt.Sprint("anchor", i)
-		mustClaim(t, s, k, "t", store.Claimed)
-		mustComplete(t, s, k, "t", time.Hour)
-	}
-	for i := range 20_000 {
-		k := fmt.Sprint("k", i%100)
-		mustClaim(t, s, k, "t", store.Claimed)
-		mustComplete(t, s, k, "t", time.Millisecond)
-		clock.Advance(2 * time.Millisecond)
-	}
-	checkInvariants(t, s)
 }
 
 // TestChurn drives many keys with mixed lives through claims, completions,
-// releases, lapses and evictions, and checks the bookkeeping throughout.
+// releases, lapses and refusals, and checks the bookkeeping throughout.
 func TestChurn(t *testing.T) {
 	clock := newFakeClock()
 	s := mustNew(t, WithMaxRecords(300), WithClock(clock.Now))
@@ -504,22 +509,28 @@ func TestChurn(t *testing.T) {
 		clock.Advance(time.Duration(r.IntN(200)) * time.Millisecond)
 		if i%1000 == 0 {
 			checkInvariants(t, s)
-			if s.Len() > 300 {
-				t.Fatalf("Len() = %d over the bound of 300", s.Len())
+			if s.Stats().Entries > 300 {
+				t.Fatalf("Entries = %d over the bound of 300", s.Stats().Entries)
 			}
 		}
 	}
 	checkInvariants(t, s)
 }
 
-// TestConcurrentEviction races claims, completions and releases on a small
-// store, so that evictions race with everything else.
-func TestConcurrentEviction(t *testing.T) {
+// TestConcurrentFullStore races claims, completions and releases on a
+// small store that is often full, and checks that every record kept stays
+// kept: a full store refuses claims, it never makes room.
+func TestConcurrentFullStore(t *testing.T) {
 	clock := newFakeClock()
 	const max, workers = 64, 8
 	s := mustNew(t, WithMaxRecords(max), WithClock(clock.Now))
 	ctx := t.Context()
-	var wg sync.WaitGroup
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		kept = map[string]string{} // key: the body kept for it
+		full atomic.Int64
+	)
 	for w := range workers {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(w), 7))
@@ -527,9 +538,11 @@ func TestConcurrentEviction(t *testing.T) {
 				key := fmt.Sprint("k", r.IntN(500))
 				tok := fmt.Sprint(w, "-", i)
 				res, err := s.Claim(ctx, key, store.Claim{Token: tok, TTL: time.Minute})
+				if errors.Is(err, store.ErrFull) {
+					full.Add(1)
+					continue
+				}
 				if err != nil {
-					// Each worker holds at most one claim at a time, so the
-					// store always has records to evict.
 					t.Errorf("Claim: %v", err)
 					return
 				}
@@ -539,7 +552,10 @@ func TestConcurrentEviction(t *testing.T) {
 				if r.IntN(3) == 0 {
 					err = s.Release(ctx, key, tok)
 				} else {
-					err = s.Complete(ctx, key, tok, &store.Record{Body: []byte(key)}, time.Minute)
+					err = s.Complete(ctx, key, tok, &store.Record{Body: []byte(tok)}, 24*time.Hour)
+					mu.Lock()
+					kept[key] = tok
+					mu.Unlock()
 				}
 				if err != nil {
 					t.Errorf("finishing an owned claim: %v", err)
@@ -552,8 +568,309 @@ func TestConcurrentEviction(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if s.Len() > max {
-		t.Fatalf("Len() = %d over the bound of %d", s.Len(), max)
+	if full.Load() == 0 {
+		t.Error("the store was never full: the test tests nothing")
+	}
+	for key, body := range kept {
+		res := mustClaim(t, s, key, "check", store.Completed)
+		if string(res.Record.Body) != body {
+			t.Errorf("%s: body %q, want %q", key, res.Record.Body, body)
+		}
+	}
+	checkInvariants(t, s)
+}
+
+// TestFloodKeepsOthersRecords is the flood of issue 10: alice's kept
+// response must outlive another caller's flood of fresh keys, which the
+// store refuses once it is full instead of making room.
+func TestFloodKeepsOthersRecords(t *testing.T) {
+	clock := newFakeClock()
+	s := mustNew(t, WithClock(clock.Now))
+	ctx := t.Context()
+	alice := store.KeyName("alice", "pay-1")
+	fp := [32]byte{0xa1}
+	if _, err := s.Claim(ctx, alice, store.Claim{Token: "alice-1", Fingerprint: fp, TTL: 35 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	kept := &store.Record{Status: http.StatusCreated, Body: []byte(`{"id":"pay_1"}`), Fingerprint: fp}
+	if err := s.Complete(ctx, alice, "alice-1", kept, 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another caller sends 100,000 fresh keys over about two seconds, and
+	// each is run and kept.
+	refused := 0
+	for i := range 100_000 {
+		key := store.KeyName("mallory", fmt.Sprint("flood-", i))
+		tok := fmt.Sprint("m-", i)
+		res, err := s.Claim(ctx, key, store.Claim{Token: tok, TTL: 35 * time.Second})
+		if err != nil {
+			if !errors.Is(err, store.ErrFull) || !strings.HasPrefix(err.Error(), "idemkey: memory: ") {
+				t.Fatalf("flood claim %d: error %q, want one from this package wrapping store.ErrFull", i, err)
+			}
+			refused++
+			continue
+		}
+		if res.State != store.Claimed {
+			t.Fatalf("flood claim %d: state %v", i, res.State)
+		}
+		if err := s.Complete(ctx, key, tok, &store.Record{Status: http.StatusCreated}, 24*time.Hour); err != nil {
+			t.Fatalf("flood complete %d: %v", i, err)
+		}
+		if i%1000 == 0 {
+			clock.Advance(20 * time.Millisecond)
+		}
+	}
+	if refused != 1 {
+		t.Errorf("the flood had %d claims refused, want 1: the one past the default bound", refused)
+	}
+
+	// Alice's retry gets her kept response, not a second run.
+	res, err := s.Claim(ctx, alice, store.Claim{Token: "alice-2", Fingerprint: fp, TTL: 35 * time.Second})
+	if err != nil {
+		t.Fatalf("alice's retry: %v", err)
+	}
+	if res.State != store.Completed || res.Record == nil || string(res.Record.Body) != `{"id":"pay_1"}` {
+		t.Fatalf("alice's retry: state %v, want her kept response replayed", res.State)
+	}
+}
+
+// TestClockReadUnderLock has a second claim of the same key land between
+// a claim's reading of the clock and its look at the key, when there is
+// such a moment. A claim that then found the key held computed its
+// remaining life from its own earlier reading, answering more life than the
+// holder's TTL gave it (the conformance suite's ClaimRace caught this now
+// and then in real time).
+func TestClockReadUnderLock(t *testing.T) {
+	fake := newFakeClock()
+	const ttl = 30 * time.Second
+	var (
+		s       *Store
+		between atomic.Pointer[func()]
+		other   store.Result
+	)
+	clock := func() time.Time {
+		t0 := fake.Now()
+		if f := between.Swap(nil); f != nil {
+			(*f)()
+		}
+		return t0
+	}
+	s = mustNew(t, WithClock(clock))
+	key := store.KeyName("scope", "key")
+	sh := s.c.shard(digestOf(key))
+	ranBetween := false
+	run := func() {
+		if !sh.mu.TryLock() {
+			return // the clock is read under the shard's lock: no moment between
+		}
+		sh.mu.Unlock()
+		ranBetween = true
+		fake.Advance(time.Second)
+		var err error
+		if other, err = s.Claim(t.Context(), key, store.Claim{Token: "a", TTL: ttl}); err != nil {
+			t.Error(err)
+		}
+	}
+	between.Store(&run)
+	res, err := s.Claim(t.Context(), key, store.Claim{Token: "b", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ranBetween {
+		if other, err = s.Claim(t.Context(), key, store.Claim{Token: "a", TTL: ttl}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range []store.Result{res, other} {
+		if r.State == store.InFlight && r.TTL > ttl {
+			t.Errorf("InFlight with %v of life left, more than the holder's TTL of %v", r.TTL, ttl)
+		}
+	}
+}
+
+// TestMaxBytes checks the byte bound: claims are refused past it, a
+// Complete is kept even when it takes the store past it, and room made by
+// a release or a lapse is room again.
+func TestMaxBytes(t *testing.T) {
+	clock := newFakeClock()
+	const bound = 8 << 10
+	s := mustNew(t, WithMaxBytes(bound), WithClock(clock.Now))
+	ctx := t.Context()
+	body := make([]byte, 3000)
+	complete := func(key, tok string, retention time.Duration) {
+		t.Helper()
+		if err := s.Complete(ctx, key, tok, &store.Record{Status: 200, Body: body}, retention); err != nil {
+			t.Fatalf("Complete(%q): %v", key, err)
+		}
+	}
+	// Two claims fit; their records together take the store past the
+	// bound, and both are kept.
+	mustClaim(t, s, "a", "t-a", store.Claimed)
+	mustClaim(t, s, "b", "t-b", store.Claimed)
+	mustClaim(t, s, "c", "t-c", store.Claimed)
+	complete("a", "t-a", time.Hour)
+	complete("b", "t-b", 10*time.Second)
+	complete("c", "t-c", time.Hour)
+	if b := s.Stats().Bytes; b <= bound {
+		t.Fatalf("Bytes = %d, want past the bound of %d (three records of 3000 bytes)", b, bound)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		res := mustClaim(t, s, k, "other", store.Completed)
+		if len(res.Record.Body) != len(body) {
+			t.Fatalf("%s: body of %d bytes, want %d", k, len(res.Record.Body), len(body))
+		}
+	}
+	// Past the bound, claims on new keys are refused.
+	_, err := s.Claim(ctx, "d", claimOf("t-d"))
+	if !errors.Is(err, store.ErrFull) || !strings.HasPrefix(err.Error(), "idemkey: memory: ") || !strings.Contains(err.Error(), "bytes held") {
+		t.Fatalf("claim past the byte bound: %v, want an error wrapping store.ErrFull that names the byte bound", err)
+	}
+	checkInvariants(t, s)
+	// When b lapses, its bytes are room again.
+	clock.Advance(11 * time.Second)
+	mustClaim(t, s, "d", "t-d", store.Claimed)
+	if err := s.Release(ctx, "d", "t-d"); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, s, "a", "other", store.Completed)
+	checkInvariants(t, s)
+}
+
+// TestStats checks what Stats counts for each kind of entry.
+func TestStats(t *testing.T) {
+	clock := newFakeClock()
+	s := mustNew(t, WithClock(clock.Now))
+	ctx := t.Context()
+	if st := s.Stats(); st != (Stats{}) {
+		t.Fatalf("Stats of a new store = %+v, want zero", st)
+	}
+	tok := "token-0123456789"
+	mustClaim(t, s, "k", tok, store.Claimed)
+	if st, want := s.Stats(), (Stats{Entries: 1, Bytes: entryOverhead + int64(len(tok))}); st != want {
+		t.Fatalf("Stats with one claim = %+v, want %+v", st, want)
+	}
+	rec := &store.Record{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: make([]byte, 1000)}
+	if err := s.Complete(ctx, "k", tok, rec, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// The record counts its body, header, token and a few bytes more,
+	// rounded up to its allocation.
+	min := entryOverhead + int64(len(rec.Body)+len("Content-Type")+len("application/json")+len(tok))
+	if st := s.Stats(); st.Entries != 1 || st.Bytes < min || st.Bytes > min+128 {
+		t.Fatalf("Stats with one record = %+v, want 1 entry of %d to %d bytes", st, min, min+128)
+	}
+	mustClaim(t, s, "j", tok, store.Claimed)
+	if err := s.Release(ctx, "j", tok); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Entries != 1 {
+		t.Fatalf("Stats after a release = %+v, want the record alone", st)
+	}
+	clock.Advance(2 * time.Hour)
+	s.c.sweep(s.c.clock())
+	if st := s.Stats(); st != (Stats{}) {
+		t.Fatalf("Stats once the record lapsed and was removed = %+v, want zero", st)
+	}
+}
+
+// TestBytesMatchHeap checks that what Stats counts is close to what the
+// records take on the heap, for 50,000 records of a typical size.
+func TestBytesMatchHeap(t *testing.T) {
+	const n = 50_000
+	// settle collects until the heap stops shrinking: a store that an
+	// earlier test dropped goes in two collections, with its cleanup run
+	// between them.
+	settle := func() (m runtime.MemStats) {
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		for range 20 {
+			time.Sleep(10 * time.Millisecond)
+			last := m.HeapAlloc
+			runtime.GC()
+			runtime.ReadMemStats(&m)
+			if m.HeapAlloc >= last-last/1000 {
+				break
+			}
+		}
+		return m
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = store.KeyName("heap", fmt.Sprint(i))
+	}
+	recs := make([]*store.Record, n)
+	for i := range recs {
+		recs[i] = liveRecord(i)
+	}
+	before := settle()
+	s, err := New(WithMaxRecords(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	for i, key := range keys {
+		tok := fmt.Sprintf("token-%020d", i) // a fresh string per key, as the middleware makes
+		if _, err := s.Claim(ctx, key, store.Claim{Token: tok, TTL: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, key, tok, recs[i], time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := settle()
+	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	counted := s.Stats().Bytes
+	t.Logf("%d records: heap grew %d bytes (%d a record), Stats counts %d (%d a record)", n, heap, heap/n, counted, counted/n)
+	if counted < heap*3/4 || counted > heap*5/4 {
+		t.Errorf("Stats counts %d bytes for records that took %d on the heap: more than 25%% apart", counted, heap)
+	}
+	runtime.KeepAlive(keys) // alive across both measurements, as recs is
+	runtime.KeepAlive(recs)
+}
+
+// TestJanitorRacesCompletes runs the janitor every millisecond while
+// claims lapse and records are kept around it, and checks that it never
+// removes a record or a claim inside its life.
+func TestJanitorRacesCompletes(t *testing.T) {
+	clock := newFakeClock()
+	s := mustNew(t, WithClock(clock.Now), WithJanitorInterval(time.Millisecond))
+	ctx := t.Context()
+	const workers, rounds = 4, 2000
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				key := store.KeyName("janitor", fmt.Sprint(w, "-", i))
+				tok := fmt.Sprint("t", w, "-", i)
+				// A claim that lapses within a round, then one that is kept.
+				if _, err := s.Claim(ctx, key, store.Claim{Token: "lapsing", TTL: time.Millisecond}); err != nil {
+					t.Error(err)
+					return
+				}
+				clock.Advance(time.Millisecond)
+				res, err := s.Claim(ctx, key, store.Claim{Token: tok, TTL: time.Minute})
+				if err != nil || res.State != store.Claimed {
+					t.Errorf("claim after a lapse: %v %v", res.State, err)
+					return
+				}
+				if err := s.Complete(ctx, key, tok, &store.Record{Status: 201, Body: []byte(tok)}, time.Hour); err != nil {
+					t.Errorf("Complete of a live claim: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for w := range workers {
+		for i := range rounds {
+			key := store.KeyName("janitor", fmt.Sprint(w, "-", i))
+			res := mustClaim(t, s, key, "check", store.Completed)
+			if want := fmt.Sprint("t", w, "-", i); string(res.Record.Body) != want {
+				t.Fatalf("%d-%d: body %q, want %q", w, i, res.Record.Body, want)
+			}
+		}
 	}
 	checkInvariants(t, s)
 }
