@@ -35,19 +35,23 @@ const (
 	// key before this one finished; its response was not kept (or, from
 	// a heartbeat, will not be).
 	EventOwnershipLost
-	// EventStoreError: a store call failed, or the store is full (Err
-	// matches store.ErrFull). On a claim the request got 503 (or ran
-	// without idempotency under WithFailOpen); on keep or release the claim
-	// is left to lapse; on a heartbeat the claim is extended again soon.
+	// EventStoreError: a store call failed. On a claim the request got 503
+	// (or ran without idempotency under WithFailOpen); on keep or release
+	// the claim is left to lapse; on a heartbeat the claim is extended
+	// again soon.
 	EventStoreError
 	// EventBodyUnreadable: the request body could not be read in full, or
 	// not within WithBodyTimeout (400).
 	EventBodyUnreadable
+	// EventStoreFull: the store refused a new key because it is full (Err
+	// matches store.ErrFull), rather than drop a claim or a kept response
+	// (503). The store is up: the answer is not an outage.
+	EventStoreFull
 )
 
 var eventNames = [...]string{"invalid", "first_attempt", "replay", "in_flight", "key_reused",
 	"key_missing", "key_invalid", "request_too_large", "kept", "released", "ownership_lost", "store_error",
-	"body_unreadable"}
+	"body_unreadable", "store_full"}
 
 // String returns the event's name in snake case, for logs and metric labels.
 func (k EventKind) String() string {
@@ -92,7 +96,7 @@ func SlogObserver(l *slog.Logger) Observer {
 	return func(r *http.Request, e Event) {
 		level := slog.LevelDebug
 		switch e.Kind {
-		case EventStoreError, EventOwnershipLost:
+		case EventStoreError, EventOwnershipLost, EventStoreFull:
 			level = slog.LevelWarn
 		case EventInFlight, EventKeyReused, EventKeyMissing, EventKeyInvalid, EventRequestTooLarge, EventBodyUnreadable:
 			level = slog.LevelInfo

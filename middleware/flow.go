@@ -123,9 +123,17 @@ func (a *attempt) decide(o claimOutcome) {
 	ev.StoreLatency = time.Since(a.start)
 	if o.err != nil {
 		ev.Kind, ev.Err = EventStoreError, o.err
+		if errors.Is(o.err, store.ErrFull) {
+			// The store refused a new key rather than drop a kept one:
+			// nothing landed, and nothing runs (not even fail-open: the
+			// store is up).
+			ev.Kind = EventStoreFull
+			m.refuse(a.w, a.r, ev, CodeUnavailable, 1)
+			return
+		}
 		// The claim may have landed before the failure; free it if so.
 		m.releaseAbandoned(a.r, a.skey, a.claim.Token, a.digest)
-		if m.cfg.failOpen && errors.Is(o.err, store.ErrUnavailable) && !errors.Is(o.err, store.ErrFull) {
+		if m.cfg.failOpen && errors.Is(o.err, store.ErrUnavailable) {
 			// The store is out of reach: run without idempotency, on the
 			// body already read. Any other error (a value the store could
 			// not read may be a kept response) still answers 503.

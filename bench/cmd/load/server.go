@@ -206,7 +206,7 @@ func scenarioHandler(sc string, a *app, redisAddr string, poolSize, cacheSize in
 	case scBare:
 		return a, nop, nil
 	case scMemory:
-		st, err := memory.New(memory.WithMaxRecords(8_000_000))
+		st, err := memory.New(memory.WithMaxRecords(8_000_000), memory.WithMaxBytes(16<<30))
 		if err != nil {
 			return nil, nil, err
 		}
