@@ -176,3 +176,44 @@ func canonName(t *testing.T, name string) []byte {
 	}
 	return out[1 : len(out)-1]
 }
+
+// pinnedRequests are fingerprints of requests other than JSON bodies, kept
+// in stores already.
+var pinnedRequests = []struct {
+	name                             string
+	method, path, query, contentType string
+	body                             string
+	contentEncoding                  []string
+	digest                           string
+}{
+	// Raw bodies, queries and media types: unchanged since the first
+	// release.
+	{"text", "POST", "/v1/orders", "b=2&a=1", "text/plain; charset=utf-8", "hello, world", nil, "8bcb055937beb037e3def314118053f3dbda93e27a79331b19116a15834b60dd"},
+	{"octet-stream", "POST", "/v1/orders", "b=2&a=1", "application/octet-stream", "\x00\x01&\xff", nil, "481c30bd5803e48ab15781322dd199c73c1170b1d434a9e585c6bfd14117a30f"},
+	{"no content type", "POST", "/v1/orders", "b=2&a=1", "", `{"b":1,"a":2}`, nil, "3e9b202762b58d0f42a36bf0f4c0c9d69e8210fd55c7061fb1518ec3bfd68bac"},
+	{"multipart", "POST", "/v1/orders", "b=2&a=1", "multipart/form-data; boundary=xyz", "--xyz\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n--xyz--\r\n", nil, "4cce55fcc8d080694d7e572f88692a87320cdac8183a14b8372195058c3c580a"},
+	{"malformed content type", "POST", "/v1/orders", "b=2&a=1", "application/json; x", `{"a":1}`, nil, "32b578323fb5ba0fdd8d938851fe167bcb2404677986383e187e999fa40d4e36"},
+	{"no body", "DELETE", "/v1/orders/1", "", "", "", nil, "206d783af695dc0949c7644351648f7a3bb70397511689443737c97ae909645a"},
+	{"malformed query", "POST", "/search", "q=a+b&q=%41&q=;", "", "", nil, "3cb25d5d9a670d1eb6e16fcb37e1e08ae42d79091732817a887e3d2832fc4f46"},
+	{"query", "POST", "/search", "q=a+b&q=%41&r", "", "", nil, "3a429e62b9872e10dda469150f1c900f92f82c7b55184611764a52419b10dcca"},
+	// Form bodies url.ParseQuery rejects: their raw bytes, unchanged.
+	{"form with ';'", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", "a=1;b=2", nil, "0fbabe92ee8cef012693c35fd9fac0869b9a99436451201f94e80b5bbaccba5a"},
+	{"form with a bad escape", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", "a=%zz&b=2", nil, "c293a5eba071404047f265fe7223653b9d4fa6cdedefd4dd014b557446bea968"},
+	// Form bodies url.ParseQuery reads.
+	{"form", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", "name=J%C3%B6rg+M&email=jorg%40example.com", nil, "e41cb1bca791eb0d951ba78fe7e482903324fdf9a376a84630257042e180f534"},
+	{"form read as JSON", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", `{"name":"a+b"}`, nil, "64752566e7c0c267f2229e5d283605f36dc60d7fa215226b864a68223e586985"},
+	{"form with a repeated name", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", "b=2&a=1&a=3", nil, "0f40c06c47f0cbcb1c7ca7141b6272389db009ac6e55a5c9caf8c232fb5afcd6"},
+	// Requests with a Content-Encoding, covered since this release (the
+	// field is written only when the header is there).
+	{"gzip JSON", "POST", "/v1/orders", "", "application/json", "\x1f\x8b\x08\x00", []string{"gzip"}, "9c3295aab2b905d38efe8308a855ff5345929c08337db9895634d2641b80e8ea"},
+	{"two encodings", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", "b=2&a=1", []string{"gzip, br", "x"}, "0d5b57c57e958f82c2cdb2262226a70152b3c56c3fa6b0a139fcd4fa9f82d463"},
+}
+
+func TestPinnedRequests(t *testing.T) {
+	for _, c := range pinnedRequests {
+		d := Sum(c.method, c.path, c.query, c.contentType, []byte(c.body), c.contentEncoding...)
+		if got := hex.EncodeToString(d[:]); got != c.digest {
+			t.Errorf("%s: fingerprint %s, pinned %s", c.name, got, c.digest)
+		}
+	}
+}
