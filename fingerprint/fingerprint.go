@@ -5,14 +5,14 @@
 //
 // The rule a fingerprint holds: two requests a handler could tell apart
 // never share a fingerprint, and differences no handler can observe (the
-// order of object members or of query parameters with different names,
-// insignificant whitespace, the spelling of a string escape, the case of a
-// media type) never make two requests differ. Where the two pull against
-// each other the first wins: a fingerprint may differ for requests a
-// handler would treat alike, never the other way round. So JSON members
-// whose names a case-insensitive decoder could take for one another ("id"
-// and "ID", or a name and its duplicate) keep their relative order; see
-// CanonicalJSON.
+// order of object members, of query parameters or of form pairs with
+// different names, insignificant whitespace, the spelling of a string
+// escape, the case of a media type) never make two requests differ. Where
+// the two pull against each other the first wins: a fingerprint may differ
+// for requests a handler would treat alike, never the other way round. So
+// JSON members whose names a case-insensitive decoder could take for one
+// another ("id" and "ID", or a name and its duplicate) keep their relative
+// order (see CanonicalJSON), and a form body keeps its escapes as sent.
 //
 // # What a fingerprint covers
 //
@@ -52,13 +52,32 @@
 //     with a Content-Encoding has its body covered as raw bytes (tag 'B'),
 //     whatever its media type: the media type describes the decoded body,
 //     not the bytes as sent.
-//   - Body, read by its media type. application/json and every +json type:
-//     the CanonicalJSON form (tag 'J'); a body that is not valid JSON, or
-//     nests deeper than MaxDepth, is covered as its raw bytes under the tag
-//     'j', so it never collides with a valid one.
-//     application/x-www-form-urlencoded: the pairs as for Query (tag 'F');
-//     a body url.ParseQuery rejects is its raw bytes under 'f'. Anything
-//     else: the raw bytes (tag 'B'). An empty body is an empty field.
+//   - Body, read by its media type, as one of the next three.
+//   - A JSON body (application/json and every +json type): the
+//     CanonicalJSON form (tag 'J'); a body that is not valid JSON, or nests
+//     deeper than MaxDepth, is covered as its raw bytes under the tag 'j',
+//     so it never collides with a valid one.
+//   - A form body (application/x-www-form-urlencoded, tag 'U'): the number of '&' in the
+//     body as a big-endian uint64, then each non-empty '&'-separated
+//     segment exactly as sent, length-prefixed, sorted stably by its name as
+//     url.ParseQuery decodes it. Escapes are never decoded, so a+b, a%20b
+//     and "a b" stay three bodies (a handler may read the bytes another way
+//     than the label says), and segments whose names decode alike (a=1,
+//     %61=2) keep their order. Empty segments carry nothing for
+//     url.ParseQuery but count against its limit on parameters, hence the
+//     count. A form body is covered as its raw bytes under the tag 'f'
+//     instead when url.ParseQuery rejects it (a ';', a malformed escape) or
+//     when reordering its segments could change what a handler decodes
+//     from it: a segment that starts (after JSON whitespace) with what
+//     starts a JSON value ('{', '[', '"', '-', a digit, or true, false,
+//     null: json.Decoder reads the first value and ignores the rest), a '<'
+//     anywhere (encoding/xml reads the first element wherever it is), or a
+//     control byte (a form encoder escapes them all). The tag 'F' of
+//     earlier releases, which decoded escapes, is never written again.
+//   - Any other body: its raw bytes (tag 'B').
+//
+// An empty body is an empty field, except an empty form, which is its count
+// of zero '&'.
 //
 // The host, the headers other than Content-Type and Content-Encoding, and
 // the Idempotency-Key itself are not covered. Fingerprints are kept in the
@@ -207,9 +226,13 @@ const (
 	tagEncoding     = 'E'
 	tagJSON         = 'J'
 	tagRawJSON      = 'j'
-	tagForm         = 'F'
+	tagForm         = 'U'
 	tagRawForm      = 'f'
 	tagBody         = 'B'
+	// 'F' was the tag of form bodies read with their escapes decoded, which
+	// gave bodies a handler tells apart one fingerprint. It is never written
+	// again, so no fingerprint kept from that reading can equal one of
+	// today's.
 )
 
 func appendField[S string | []byte](dst []byte, tag byte, data S) []byte {
@@ -262,6 +285,9 @@ func putScratch(s *scratch) {
 	}
 	if cap(s.pairs.list) > maxRetained/32 {
 		s.pairs.list = nil
+	}
+	if cap(s.pairs.segs) > maxRetained/32 {
+		s.pairs.segs = nil
 	}
 	scratchPool.Put(s)
 }
@@ -339,8 +365,8 @@ func (s *scratch) writeBody(head []byte, kind bodyKind, body []byte) []byte {
 		}
 	case formBody:
 		tag = tagRawForm
-		if parseQuery(&s.pairs, body) {
-			s.field = s.pairs.appendSorted(s.field[:0])
+		if parseForm(&s.pairs, body) {
+			s.field = s.pairs.appendForm(s.field[:0], body)
 			tag, data = tagForm, s.field
 		}
 	}

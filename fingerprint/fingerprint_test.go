@@ -58,7 +58,12 @@ func TestSumEqual(t *testing.T) {
 		{"query empty pairs", req{"POST", "/", "a=1&&b=", "", "", nil}, req{"POST", "/", "b&a=1", "", "", nil}},
 		{"query interleaved keys", req{"POST", "/", "a=1&b=0&a=2", "", "", nil}, req{"POST", "/", "b=0&a=1&a=2", "", "", nil}},
 		{"form pair order", req{"POST", "/", "", form, "a=1&b=2", nil}, req{"POST", "/", "", form, "b=2&a=1", nil}},
-		{"form escapes", req{"POST", "/", "", form, "name=J%C3%B6rg+M", nil}, req{"POST", "/", "", form, "name=J%c3%b6rg%20M", nil}},
+		{"form pair order, escapes kept", req{"POST", "/", "", form, "name=J%C3%B6rg+M&email=j%40x.eu", nil}, req{"POST", "/", "", form, "email=j%40x.eu&name=J%C3%B6rg+M", nil}},
+		{"form names that decode alike keep their order", formReq("b=2&a=1&%61=3"), formReq("a=1&%61=3&b=2")},
+		{"form name order by decoded name", formReq("%62=1&a=2"), formReq("a=2&%62=1")},
+		{"form empty segments moved", formReq("a=1&&b=2"), formReq("b=2&a=1&")},
+		{"form charset", req{"POST", "/", "", form + "; charset=UTF-8", "a=1&b=2", nil}, req{"POST", "/", "", form + `; charset="utf-8"`, "b=2&a=1", nil}},
+		{"form JSON after the first byte", formReq(`p={"a":1}&q=[2]`), formReq(`q=[2]&p={"a":1}`)},
 		{"content encoding spaces", encoded(post(`{}`), "gzip, br"), encoded(post(`{}`), "gzip ,\tbr")},
 		{"no body, no content type", req{"DELETE", "/a", "", "", "", nil}, req{"DELETE", "/a", "", "  ", "", nil}},
 	}
@@ -105,7 +110,27 @@ func TestSumDistinct(t *testing.T) {
 		{"form same-key order", req{"POST", "/", "", form, "a=1&a=2", nil}, req{"POST", "/", "", form, "a=2&a=1", nil}},
 		{"form value", req{"POST", "/", "", form, "a=1", nil}, req{"POST", "/", "", form, "a=1&b=", nil}},
 		{"form malformed", req{"POST", "/", "", form, "a=%", nil}, req{"POST", "/", "", form, "a=%25", nil}},
+		{"form malformed value escape", formReq("b=2&a=%4"), formReq("a=%4&b=2")},
+		{"form semicolon", formReq("b=2&a=1;c"), formReq("a=1;c&b=2")},
 		{"form vs JSON", req{"POST", "/", "", form, "a=1", nil}, req{"POST", "/", "", ctJSON, "a=1", nil}},
+		{"form escapes", formReq("name=J%C3%B6rg+M"), formReq("name=J%c3%b6rg%20M")},
+		{"form + vs %20", formReq(`{"name":"a+b"}`), formReq(`{"name":"a%20b"}`)},
+		{"form + vs space", formReq(`{"name":"a+b"}`), formReq(`{"name":"a b"}`)},
+		{"form escaped name", formReq("a=1"), formReq("%61=1")},
+		{"form names that decode alike", formReq("a=1&%61=2"), formReq("%61=2&a=1")},
+		{"form no = vs empty value", formReq("a&b=1"), formReq("a=&b=1")},
+		{"form empty segment", formReq("a=1&b=2"), formReq("a=1&&b=2")},
+		{"form JSON objects", formReq(`{"a":"b"}&{"a":"c"}`), formReq(`{"a":"c"}&{"a":"b"}`)},
+		{"form JSON after spaces", formReq(`x=1& {"a":1}`), formReq(` {"a":1}&x=1`)},
+		{"form JSON number", formReq("1&a=2"), formReq("a=2&1")},
+		{"form JSON negative number", formReq("-1=x&a=2"), formReq("a=2&-1=x")},
+		{"form JSON null", formReq("null&a=1"), formReq("a=1&null")},
+		{"form JSON literal name", formReq("true=1&a=2"), formReq("a=2&true=1")},
+		{"form JSON literal prefix", formReq("nulls=1&a=2"), formReq("a=2&nulls=1")},
+		{"form XML", formReq("x=<a>1</a>&y=2"), formReq("y=2&x=<a>1</a>")},
+		{"form control byte", formReq("a=1\n&b=2"), formReq("b=2&a=1\n")},
+		{"form DEL", formReq("a=\x7f&b=2"), formReq("b=2&a=\x7f")},
+		{"form too many segments", formReq("a=1" + strings.Repeat("&", 10000)), formReq("a=1")},
 		{"form, encoded, pair order", encoded(formReq("a=1&b=2"), "gzip"), encoded(formReq("b=2&a=1"), "gzip")},
 		{"encoded JSON key order", encoded(post(`{"a":1,"b":2}`), "gzip"), encoded(post(`{"b":2,"a":1}`), "gzip")},
 		{"content encoding vs none", encoded(post(`{}`), "gzip"), post(`{}`)},
@@ -180,6 +205,7 @@ func TestSumLayout(t *testing.T) {
 
 	// A form body, sent with two Content-Encoding lines: the encoding
 	// field, and the body as its raw bytes.
+	u64 := func(n int) string { return string(binary.BigEndian.AppendUint64(nil, uint64(n))) }
 	b = []byte("idemkey fingerprint v1\n")
 	b = field(b, 'M', "PUT")
 	b = field(b, 'P', "/f")
@@ -190,6 +216,31 @@ func TestSumLayout(t *testing.T) {
 	want = sha256.Sum256(b)
 	if got := Sum("PUT", "/f", "", "application/x-www-form-urlencoded", []byte("b=2&a=1"), " gzip ,, BR", "x y"); got != want {
 		t.Fatalf("an encoded body does not follow the documented layout:\n got %x\nwant %x", got, want)
+	}
+
+	// The same form without an encoding: the number of '&', then the
+	// non-empty segments as sent, sorted stably by decoded name.
+	b = []byte("idemkey fingerprint v1\n")
+	b = field(b, 'M', "PUT")
+	b = field(b, 'P', "/f")
+	b = field(b, 'Q', "")
+	b = field(b, 'T', lp("application/x-www-form-urlencoded"))
+	b = field(b, 'U', u64(4)+lp("a=1")+lp("%61=3")+lp("b=%32")+lp("b+c"))
+	want = sha256.Sum256(b)
+	if got := Sum("PUT", "/f", "", "application/x-www-form-urlencoded", []byte("b=%32&a=1&&b+c&%61=3")); got != want {
+		t.Fatalf("a form body does not follow the documented layout:\n got %x\nwant %x", got, want)
+	}
+
+	// A form body a reordering could change for a JSON decoder: raw bytes.
+	b = []byte("idemkey fingerprint v1\n")
+	b = field(b, 'M', "PUT")
+	b = field(b, 'P', "/f")
+	b = field(b, 'Q', "")
+	b = field(b, 'T', lp("application/x-www-form-urlencoded"))
+	b = field(b, 'f', "b=2&null")
+	want = sha256.Sum256(b)
+	if got := Sum("PUT", "/f", "", "application/x-www-form-urlencoded", []byte("b=2&null")); got != want {
+		t.Fatalf("a JSON-looking form body does not follow the documented layout:\n got %x\nwant %x", got, want)
 	}
 }
 

@@ -199,10 +199,17 @@ var pinnedRequests = []struct {
 	// Form bodies url.ParseQuery rejects: their raw bytes, unchanged.
 	{"form with ';'", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", "a=1;b=2", nil, "0fbabe92ee8cef012693c35fd9fac0869b9a99436451201f94e80b5bbaccba5a"},
 	{"form with a bad escape", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", "a=%zz&b=2", nil, "c293a5eba071404047f265fe7223653b9d4fa6cdedefd4dd014b557446bea968"},
-	// Form bodies url.ParseQuery reads.
-	{"form", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", "name=J%C3%B6rg+M&email=jorg%40example.com", nil, "e41cb1bca791eb0d951ba78fe7e482903324fdf9a376a84630257042e180f534"},
-	{"form read as JSON", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", `{"name":"a+b"}`, nil, "64752566e7c0c267f2229e5d283605f36dc60d7fa215226b864a68223e586985"},
-	{"form with a repeated name", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", "b=2&a=1&a=3", nil, "0f40c06c47f0cbcb1c7ca7141b6272389db009ac6e55a5c9caf8c232fb5afcd6"},
+	// Form bodies url.ParseQuery reads. Until this release their pairs were
+	// written decoded (tag 'F'), which gave {"name":"a+b"}, {"name":"a b"}
+	// and {"name":"a%20b"} one fingerprint though a handler decoding JSON
+	// tells them apart. They are now written as sent (tag 'U', or 'f' for a
+	// body a JSON or XML decoder could read), so these fingerprints changed:
+	// a form request kept before the upgrade and retried after it gets 422
+	// instead of its replay. The earlier values were e41cb1bc...,
+	// 64752566... and 0f40c06c..., in this order.
+	{"form", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", "name=J%C3%B6rg+M&email=jorg%40example.com", nil, "f87e5bf7c4fc37b57dc41f983e696b0173bc280e24586f40dfd70f8b6a89359d"},
+	{"form read as JSON", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", `{"name":"a+b"}`, nil, "37f9aacc87847bb186669c519a92dbed9e761a685dce65eeb7deb36a1c615799"},
+	{"form with a repeated name", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", "b=2&a=1&a=3", nil, "4f3a9ba3d1dd8bfd2685a8939e7f76810544926e05e6182837d009b3ca1d94da"},
 	// Requests with a Content-Encoding, covered since this release (the
 	// field is written only when the header is there).
 	{"gzip JSON", "POST", "/v1/orders", "", "application/json", "\x1f\x8b\x08\x00", []string{"gzip"}, "9c3295aab2b905d38efe8308a855ff5345929c08337db9895634d2641b80e8ea"},
