@@ -88,6 +88,9 @@
 //
 // A body's media type and content encoding decide how it is read even when
 // MediaType is not selected; the tags keep bodies read different ways apart.
+//
+// RawDigest hashes the same parts of a request without canonicalising them,
+// for a cheap test that a repeat is byte for byte a request already seen.
 package fingerprint
 
 import (
@@ -187,7 +190,7 @@ func Sum(method, escapedPath, rawQuery, contentType string, body []byte, content
 
 // request is everything of a request, other than its body, that a
 // fingerprint reads. readRequest is the one place that takes it from an
-// http.Request.
+// http.Request, for every Func of New and for RawDigest.
 type request struct {
 	method, path, query, contentType string
 	contentEncoding                  []string
