@@ -34,6 +34,11 @@ var jsonSeeds = []string{
 	`{"\u0062":1,"a\/b":2,"A":3,"a":4,"_a":5,"\u0000":6,"\"":7}`,
 	`[{"b":1,"a":{"d":{"f":1,"e":2},"c":3}},{"z":{},"y":[]}]`,
 	string(benchJSON(400)),
+	// Names read a word at a time: up to seven bytes, with and without
+	// '_' or '-', near the end of the input and far from it.
+	`{"sku":"item-1","qty":2,"a_b":1,"A-B":2,"ab":3,"abcdefg":4,"abcdefgh":5,"Qty":6}`,
+	`[{"b":1,"a":2},{"zz":{"y":1,"x":2}},{"k":1}]`,
+	`{"z":1,"y":2}`,
 	strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth),
 	strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1),
 }
