@@ -16,17 +16,22 @@ import (
 // API payload: objects whose members are not in order, strings with escapes,
 // numbers and nested arrays.
 func benchJSON(size int) []byte {
+	const suffix = `],"currency":"EUR","amount":12.5}`
 	rng := rand.New(rand.NewPCG(1, 2))
 	var b strings.Builder
 	b.WriteString(`{"order_id":"ord_8f14e45fceea167a","customer":{"name":"J\u00f6rg M\u00fcller","email":"jorg@example.com"},"items":[`)
-	for i := 0; b.Len() < size-40; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, `{"sku":"SKU-%05d","qty":%d,"price":%d.%02d,"note":"line\n%d \"gift\"","tags":["a","b"]}`,
+	for i := 0; ; i++ {
+		item := fmt.Sprintf(`{"sku":"SKU-%05d","qty":%d,"price":%d.%02d,"note":"line\n%d \"gift\"","tags":["a","b"]}`,
 			rng.IntN(100000), rng.IntN(9)+1, rng.IntN(500), rng.IntN(100), i)
+		if i > 0 {
+			item = "," + item
+		}
+		if b.Len()+len(item)+len(suffix) > size {
+			break
+		}
+		b.WriteString(item)
 	}
-	b.WriteString(`],"currency":"EUR","amount":12.5}`)
+	b.WriteString(suffix)
 	s := b.String()
 	if len(s) > size {
 		// Too small a size for one item: a flat object with a padded string.

@@ -5,14 +5,14 @@
 //
 // The rule a fingerprint holds: two requests a handler could tell apart
 // never share a fingerprint, and differences no handler can observe (the
-// order of object members or of query parameters with different names,
-// insignificant whitespace, the spelling of a string escape, the case of a
-// media type) never make two requests differ. Where the two pull against
-// each other the first wins: a fingerprint may differ for requests a
-// handler would treat alike, never the other way round. So JSON members
-// whose names a case-insensitive decoder could take for one another ("id"
-// and "ID", or a name and its duplicate) keep their relative order; see
-// CanonicalJSON.
+// order of object members, of query parameters or of form pairs with
+// different names, insignificant whitespace, the spelling of a string
+// escape, the case of a media type) never make two requests differ. Where
+// the two pull against each other the first wins: a fingerprint may differ
+// for requests a handler would treat alike, never the other way round. So
+// JSON members whose names a case-insensitive decoder could take for one
+// another ("id" and "ID", or a name and its duplicate) keep their relative
+// order (see CanonicalJSON), and a form body keeps its escapes as sent.
 //
 // # What a fingerprint covers
 //
@@ -39,21 +39,58 @@
 //     body's bytes say, a multipart boundary where it splits. A header that
 //     does not parse is covered as its raw value under the tag 't', and its
 //     body as raw bytes. A missing header is the empty media type.
-//   - Body, read by its media type. application/json and every +json type:
-//     the CanonicalJSON form (tag 'J'); a body that is not valid JSON, or
-//     nests deeper than MaxDepth, is covered as its raw bytes under the tag
-//     'j', so it never collides with a valid one.
-//     application/x-www-form-urlencoded: the pairs as for Query (tag 'F');
-//     a body url.ParseQuery rejects is its raw bytes under 'f'. Anything
-//     else: the raw bytes (tag 'B'). An empty body is an empty field.
+//   - Content encoding ('E'), part of MediaType, written only when the
+//     request has a Content-Encoding header, so that the fingerprints of
+//     requests without one are what they were before it was covered: each
+//     header line in order, length-prefixed, holding the line's
+//     comma-separated codings in order, each length-prefixed without the
+//     spaces and tabs around it. Nothing else is normalised, because
+//     handlers tell more apart than RFC 9110 does: request decompressors
+//     commonly test Header.Get("Content-Encoding") == "gzip", so "GZIP"
+//     differs from "gzip", a second header line (which Get does not see)
+//     from the same codings on one line, and "gzip," from "gzip". A request
+//     with a Content-Encoding has its body covered as raw bytes (tag 'B'),
+//     whatever its media type: the media type describes the decoded body,
+//     not the bytes as sent.
+//   - Body, read by its media type, as one of the next three.
+//   - A JSON body (application/json and every +json type): the
+//     CanonicalJSON form (tag 'J'); a body that is not valid JSON, or nests
+//     deeper than MaxDepth, is covered as its raw bytes under the tag 'j',
+//     so it never collides with a valid one.
+//   - A form body (application/x-www-form-urlencoded, tag 'U'): the number of '&' in the
+//     body as a big-endian uint64, then each non-empty '&'-separated
+//     segment exactly as sent, length-prefixed, sorted stably by its name as
+//     url.ParseQuery decodes it. Escapes are never decoded, so a+b, a%20b
+//     and "a b" stay three bodies (a handler may read the bytes another way
+//     than the label says), and segments whose names decode alike (a=1,
+//     %61=2) keep their order. Empty segments carry nothing for
+//     url.ParseQuery but count against its limit on parameters, hence the
+//     count. A form body is covered as its raw bytes under the tag 'f'
+//     instead when url.ParseQuery rejects it (a ';', a malformed escape) or
+//     when reordering its segments could change what a handler decodes
+//     from it: a segment that starts (after JSON whitespace) with what
+//     starts a JSON value ('{', '[', '"', '-', a digit, or true, false,
+//     null: json.Decoder reads the first value and ignores the rest), a '<'
+//     anywhere (encoding/xml reads the first element wherever it is), or a
+//     control byte (a form encoder escapes them all). The tag 'F' of
+//     earlier releases, which decoded escapes, is never written again.
+//   - Any other body: its raw bytes (tag 'B').
 //
-// The host, the headers other than Content-Type, and the Idempotency-Key
-// itself are not covered. Fingerprints are kept in the store, so this layout
-// is part of the stored format: it changes only with the version in the
-// prefix.
+// An empty body is an empty field, except an empty form, which is its count
+// of zero '&'.
 //
-// A body's media type decides how it is read even when MediaType is not
-// selected; the tags keep bodies read different ways apart.
+// The host, the headers other than Content-Type and Content-Encoding, and
+// the Idempotency-Key itself are not covered. Fingerprints are kept in the
+// store, so this layout is part of the stored format: it changes only with
+// the version in the prefix, or by a field or tag that earlier releases
+// never wrote, so that no kept fingerprint can equal a new one of a
+// different request.
+//
+// A body's media type and content encoding decide how it is read even when
+// MediaType is not selected; the tags keep bodies read different ways apart.
+//
+// RawDigest hashes the same parts of a request without canonicalising them,
+// for a cheap test that a repeat is byte for byte a request already seen.
 package fingerprint
 
 import (
@@ -84,7 +121,10 @@ const (
 	// Query is the canonical query: pairs sorted by name, each name's values
 	// in their order.
 	Query
-	// MediaType is the canonical Content-Type: type/subtype and parameters.
+	// MediaType is the representation metadata: the canonical
+	// Content-Type (type/subtype and parameters) and, when the request has
+	// one, the Content-Encoding. Both say what the body's bytes mean, so
+	// they are selected together, as the charset is with the media type.
 	MediaType
 	// Body is the canonical body: JSON and form bodies canonicalised, any
 	// other body as its raw bytes.
@@ -131,30 +171,46 @@ func New(fields Field) Func {
 		panic(fmt.Sprintf("idemkey: fingerprint: New with unknown fields %#x", uint8(fields&^All)))
 	}
 	return func(r *http.Request, body []byte) [32]byte {
-		var path, query, contentType string
-		if fields&Path != 0 {
-			path = r.URL.EscapedPath()
-		}
-		if fields&Query != 0 {
-			query = r.URL.RawQuery
-		}
-		if fields&(MediaType|Body) != 0 {
-			contentType = r.Header.Get("Content-Type")
-		}
-		return sum(fields, r.Method, path, query, contentType, body)
+		return sum(fields, readRequest(r, fields), body)
 	}
 }
 
 // Default covers every field: New(All). It reads the first Content-Type
-// header, as net/http does.
+// header, as net/http does, and every Content-Encoding header.
 var Default = New(All)
 
 // Sum returns the fingerprint Default computes, from the parts of a request:
 // its method, its escaped path (r.URL.EscapedPath()), its raw query
 // (r.URL.RawQuery, without '?'), its Content-Type header value ("" when
-// there is none) and its body.
-func Sum(method, escapedPath, rawQuery, contentType string, body []byte) [32]byte {
-	return sum(All, method, escapedPath, rawQuery, contentType, body)
+// there is none), its body, and the values of its Content-Encoding header
+// lines in order (none when it has none).
+func Sum(method, escapedPath, rawQuery, contentType string, body []byte, contentEncoding ...string) [32]byte {
+	return sum(All, request{method, escapedPath, rawQuery, contentType, contentEncoding}, body)
+}
+
+// request is everything of a request, other than its body, that a
+// fingerprint reads. readRequest is the one place that takes it from an
+// http.Request, for every Func of New and for RawDigest.
+type request struct {
+	method, path, query, contentType string
+	contentEncoding                  []string
+}
+
+// readRequest reads what the selected fields need of r: the media type and
+// the content encoding decide how a body is read, so Body needs them too.
+func readRequest(r *http.Request, fields Field) request {
+	q := request{method: r.Method}
+	if fields&Path != 0 {
+		q.path = r.URL.EscapedPath()
+	}
+	if fields&Query != 0 {
+		q.query = r.URL.RawQuery
+	}
+	if fields&(MediaType|Body) != 0 {
+		q.contentType = r.Header.Get("Content-Type")
+		q.contentEncoding = r.Header.Values("Content-Encoding")
+	}
+	return q
 }
 
 // prefix starts every hashed input; its version changes whenever the layout
@@ -162,7 +218,7 @@ func Sum(method, escapedPath, rawQuery, contentType string, body []byte) [32]byt
 const prefix = "idemkey fingerprint v1\n"
 
 // Field tags. A lower-case tag marks raw bytes kept because the canonical
-// reading failed.
+// reading failed or would not be safe.
 const (
 	tagMethod       = 'M'
 	tagPath         = 'P'
@@ -170,20 +226,25 @@ const (
 	tagRawQuery     = 'q'
 	tagMediaType    = 'T'
 	tagRawMediaType = 't'
+	tagEncoding     = 'E'
 	tagJSON         = 'J'
 	tagRawJSON      = 'j'
-	tagForm         = 'F'
+	tagForm         = 'U'
 	tagRawForm      = 'f'
 	tagBody         = 'B'
+	// 'F' was the tag of form bodies read with their escapes decoded, which
+	// gave bodies a handler tells apart one fingerprint. It is never written
+	// again, so no fingerprint kept from that reading can equal one of
+	// today's.
 )
 
 func appendField[S string | []byte](dst []byte, tag byte, data S) []byte {
 	return append(appendFieldHeader(dst, tag, len(data)), data...)
 }
 
-func sum(fields Field, method, path, rawQuery, contentType string, body []byte) [32]byte {
+func sum(fields Field, q request, body []byte) [32]byte {
 	s := getScratch()
-	d := s.sum(fields, method, path, rawQuery, contentType, body)
+	d := s.sum(fields, &q, body)
 	putScratch(s)
 	return d
 }
@@ -228,36 +289,48 @@ func putScratch(s *scratch) {
 	if cap(s.pairs.list) > maxRetained/32 {
 		s.pairs.list = nil
 	}
+	if cap(s.pairs.segs) > maxRetained/32 {
+		s.pairs.segs = nil
+	}
 	scratchPool.Put(s)
 }
 
-func (s *scratch) sum(fields Field, method, path, rawQuery, contentType string, body []byte) [32]byte {
+func (s *scratch) sum(fields Field, q *request, body []byte) [32]byte {
 	b := append(s.head[:0], prefix...)
 	if fields&Method != 0 {
-		b = appendField(b, tagMethod, method)
+		b = appendField(b, tagMethod, q.method)
 	}
 	if fields&Path != 0 {
-		b = appendField(b, tagPath, path)
+		b = appendField(b, tagPath, q.path)
 	}
 	if fields&Query != 0 {
-		if parseQuery(&s.pairs, rawQuery) {
+		if parseQuery(&s.pairs, q.query) {
 			s.field = s.pairs.appendSorted(s.field[:0])
 			b = appendField(b, tagQuery, s.field)
 		} else {
-			b = appendField(b, tagRawQuery, rawQuery)
+			b = appendField(b, tagRawQuery, q.query)
 		}
 	}
 	kind := rawBody
 	if fields&(MediaType|Body) != 0 {
-		f, k, ok := parseMediaType(s.field[:0], &s.pairs, contentType)
+		f, k, ok := parseMediaType(s.field[:0], &s.pairs, q.contentType)
 		s.field = f
 		kind = k
 		if fields&MediaType != 0 {
 			if ok {
 				b = appendField(b, tagMediaType, f)
 			} else {
-				b = appendField(b, tagRawMediaType, contentType)
+				b = appendField(b, tagRawMediaType, q.contentType)
 			}
+			if len(q.contentEncoding) > 0 {
+				s.field = appendEncoding(s.field[:0], q.contentEncoding)
+				b = appendField(b, tagEncoding, s.field)
+			}
+		}
+		if len(q.contentEncoding) > 0 {
+			// The media type says what the body is once decoded; its bytes
+			// as sent are read as they are.
+			kind = rawBody
 		}
 	}
 
@@ -295,8 +368,8 @@ func (s *scratch) writeBody(head []byte, kind bodyKind, body []byte) []byte {
 		}
 	case formBody:
 		tag = tagRawForm
-		if parseQuery(&s.pairs, body) {
-			s.field = s.pairs.appendSorted(s.field[:0])
+		if parseForm(&s.pairs, body) {
+			s.field = s.pairs.appendForm(s.field[:0], body)
 			tag, data = tagForm, s.field
 		}
 	}
@@ -309,4 +382,28 @@ func (s *scratch) writeBody(head []byte, kind bodyKind, body []byte) []byte {
 func appendFieldHeader(dst []byte, tag byte, n int) []byte {
 	dst = append(dst, tag)
 	return binary.BigEndian.AppendUint64(dst, uint64(n))
+}
+
+// appendEncoding appends the canonical Content-Encoding field: each header
+// line in order, length-prefixed, holding the line's comma-separated
+// elements in order, each without the spaces and tabs around it and
+// length-prefixed. Empty elements are kept, and so is the case of each
+// coding and the split into lines (see the package documentation).
+func appendEncoding(dst []byte, lines []string) []byte {
+	for _, line := range lines {
+		at := len(dst)
+		dst = binary.BigEndian.AppendUint64(dst, 0)
+		for {
+			elem, rest, more := strings.Cut(line, ",")
+			elem = strings.Trim(elem, " \t")
+			dst = binary.BigEndian.AppendUint64(dst, uint64(len(elem)))
+			dst = append(dst, elem...)
+			if !more {
+				break
+			}
+			line = rest
+		}
+		binary.BigEndian.PutUint64(dst[at:], uint64(len(dst)-at-8))
+	}
+	return dst
 }

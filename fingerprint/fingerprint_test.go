@@ -12,20 +12,33 @@ import (
 // req is the part of a request a fingerprint reads.
 type req struct {
 	method, path, query, contentType, body string
+	contentEncoding                        []string
 }
 
 func (r req) sum() [32]byte {
-	return Sum(r.method, r.path, r.query, r.contentType, []byte(r.body))
+	return Sum(r.method, r.path, r.query, r.contentType, []byte(r.body), r.contentEncoding...)
 }
 
 const ctJSON = "application/json"
 
 func post(body string) req {
-	return req{"POST", "/orders", "", ctJSON, body}
+	return req{"POST", "/orders", "", ctJSON, body, nil}
+}
+
+const ctForm = "application/x-www-form-urlencoded"
+
+func formReq(body string) req {
+	return req{"POST", "/orders", "", ctForm, body, nil}
+}
+
+// encoded is r sent with the Content-Encoding header lines ce.
+func encoded(r req, ce ...string) req {
+	r.contentEncoding = ce
+	return r
 }
 
 func TestSumEqual(t *testing.T) {
-	form := "application/x-www-form-urlencoded"
+	const form = ctForm
 	tests := []struct {
 		name string
 		a, b req
@@ -35,18 +48,24 @@ func TestSumEqual(t *testing.T) {
 		{"escape \\u0041", post(`{"k":"A"}`), post(`{"k":"\u0041"}`)},
 		{"escape \\/", post(`{"k":"/"}`), post(`{"k":"\/"}`)},
 		{"nested key order", post(`{"a":{"x":1,"y":[{"p":1,"q":2}]}}`), post(`{"a":{"y":[{"q":2,"p":1}],"x":1}}`)},
-		{"+json media type", req{"POST", "/", "", "application/merge-patch+json", `{"a":1,"b":2}`}, req{"POST", "/", "", "application/merge-patch+json", `{"b":2,"a":1}`}},
-		{"media type case", req{"POST", "/", "", "Application/JSON", `{}`}, req{"POST", "/", "", "application/json", `{}`}},
-		{"media type spaces", req{"POST", "/", "", "application/json;charset=utf-8", `{}`}, req{"POST", "/", "", " application/json ;  charset=utf-8 ", `{}`}},
-		{"charset case and quotes", req{"POST", "/", "", "application/json; charset=UTF-8", `{}`}, req{"POST", "/", "", `application/json; Charset="utf-8"`, `{}`}},
-		{"parameter order", req{"POST", "/", "", "text/plain; a=1; b=2", `x`}, req{"POST", "/", "", "text/plain; b=2; a=1", `x`}},
-		{"query key order", req{"POST", "/", "a=1&b=2", "", ""}, req{"POST", "/", "b=2&a=1", "", ""}},
-		{"query escapes", req{"POST", "/", "a=%41+b&c=%2f", "", ""}, req{"POST", "/", "a=A%20b&c=/", "", ""}},
-		{"query empty pairs", req{"POST", "/", "a=1&&b=", "", ""}, req{"POST", "/", "b&a=1", "", ""}},
-		{"query interleaved keys", req{"POST", "/", "a=1&b=0&a=2", "", ""}, req{"POST", "/", "b=0&a=1&a=2", "", ""}},
-		{"form pair order", req{"POST", "/", "", form, "a=1&b=2"}, req{"POST", "/", "", form, "b=2&a=1"}},
-		{"form escapes", req{"POST", "/", "", form, "name=J%C3%B6rg+M"}, req{"POST", "/", "", form, "name=J%c3%b6rg%20M"}},
-		{"no body, no content type", req{"DELETE", "/a", "", "", ""}, req{"DELETE", "/a", "", "  ", ""}},
+		{"+json media type", req{"POST", "/", "", "application/merge-patch+json", `{"a":1,"b":2}`, nil}, req{"POST", "/", "", "application/merge-patch+json", `{"b":2,"a":1}`, nil}},
+		{"media type case", req{"POST", "/", "", "Application/JSON", `{}`, nil}, req{"POST", "/", "", "application/json", `{}`, nil}},
+		{"media type spaces", req{"POST", "/", "", "application/json;charset=utf-8", `{}`, nil}, req{"POST", "/", "", " application/json ;  charset=utf-8 ", `{}`, nil}},
+		{"charset case and quotes", req{"POST", "/", "", "application/json; charset=UTF-8", `{}`, nil}, req{"POST", "/", "", `application/json; Charset="utf-8"`, `{}`, nil}},
+		{"parameter order", req{"POST", "/", "", "text/plain; a=1; b=2", `x`, nil}, req{"POST", "/", "", "text/plain; b=2; a=1", `x`, nil}},
+		{"query key order", req{"POST", "/", "a=1&b=2", "", "", nil}, req{"POST", "/", "b=2&a=1", "", "", nil}},
+		{"query escapes", req{"POST", "/", "a=%41+b&c=%2f", "", "", nil}, req{"POST", "/", "a=A%20b&c=/", "", "", nil}},
+		{"query empty pairs", req{"POST", "/", "a=1&&b=", "", "", nil}, req{"POST", "/", "b&a=1", "", "", nil}},
+		{"query interleaved keys", req{"POST", "/", "a=1&b=0&a=2", "", "", nil}, req{"POST", "/", "b=0&a=1&a=2", "", "", nil}},
+		{"form pair order", req{"POST", "/", "", form, "a=1&b=2", nil}, req{"POST", "/", "", form, "b=2&a=1", nil}},
+		{"form pair order, escapes kept", req{"POST", "/", "", form, "name=J%C3%B6rg+M&email=j%40x.eu", nil}, req{"POST", "/", "", form, "email=j%40x.eu&name=J%C3%B6rg+M", nil}},
+		{"form names that decode alike keep their order", formReq("b=2&a=1&%61=3"), formReq("a=1&%61=3&b=2")},
+		{"form name order by decoded name", formReq("%62=1&a=2"), formReq("a=2&%62=1")},
+		{"form empty segments moved", formReq("a=1&&b=2"), formReq("b=2&a=1&")},
+		{"form charset", req{"POST", "/", "", form + "; charset=UTF-8", "a=1&b=2", nil}, req{"POST", "/", "", form + `; charset="utf-8"`, "b=2&a=1", nil}},
+		{"form JSON after the first byte", formReq(`p={"a":1}&q=[2]`), formReq(`q=[2]&p={"a":1}`)},
+		{"content encoding spaces", encoded(post(`{}`), "gzip, br"), encoded(post(`{}`), "gzip ,\tbr")},
+		{"no body, no content type", req{"DELETE", "/a", "", "", "", nil}, req{"DELETE", "/a", "", "  ", "", nil}},
 	}
 	for _, tt := range tests {
 		if tt.a.sum() != tt.b.sum() {
@@ -56,7 +75,7 @@ func TestSumEqual(t *testing.T) {
 }
 
 func TestSumDistinct(t *testing.T) {
-	form := "application/x-www-form-urlencoded"
+	const form = ctForm
 	tests := []struct {
 		name string
 		a, b req
@@ -68,33 +87,64 @@ func TestSumDistinct(t *testing.T) {
 		{"array order", post(`[1,2]`), post(`[2,1]`)},
 		{"string case", post(`"a"`), post(`"A"`)},
 		{"nested value", post(`{"a":{"b":[1,{"c":true}]}}`), post(`{"a":{"b":[1,{"c":false}]}}`)},
-		{"method", req{"POST", "/a", "", "", ""}, req{"PUT", "/a", "", "", ""}},
-		{"method case", req{"POST", "/a", "", "", ""}, req{"post", "/a", "", "", ""}},
-		{"path", req{"POST", "/a", "", "", ""}, req{"POST", "/b", "", "", ""}},
-		{"path slash", req{"POST", "/a", "", "", ""}, req{"POST", "/a/", "", "", ""}},
-		{"path escape", req{"POST", "/a/b", "", "", ""}, req{"POST", "/a%2Fb", "", "", ""}},
-		{"query value", req{"POST", "/", "a=1", "", ""}, req{"POST", "/", "a=2", "", ""}},
-		{"query value order", req{"POST", "/", "a=1&a=2", "", ""}, req{"POST", "/", "a=2&a=1", "", ""}},
-		{"query vs none", req{"POST", "/", "a=", "", ""}, req{"POST", "/", "", "", ""}},
-		{"query split", req{"POST", "/", "a=b%26c", "", ""}, req{"POST", "/", "a=b&c", "", ""}},
-		{"query malformed", req{"POST", "/", "a=%zz", "", ""}, req{"POST", "/", "a=%25zz", "", ""}},
-		{"query semicolon", req{"POST", "/", "a=1;b=2", "", ""}, req{"POST", "/", "a=1&b=2", "", ""}},
-		{"media type", req{"POST", "/", "", "application/json", `{}`}, req{"POST", "/", "", "application/vnd.api+json", `{}`}},
-		{"charset", req{"POST", "/", "", "text/plain; charset=utf-8", `x`}, req{"POST", "/", "", "text/plain; charset=latin1", `x`}},
-		{"charset vs none", req{"POST", "/", "", "application/json; charset=utf-8", `{}`}, req{"POST", "/", "", "application/json", `{}`}},
-		{"boundary case", req{"POST", "/", "", "multipart/form-data; boundary=AB", `x`}, req{"POST", "/", "", "multipart/form-data; boundary=ab", `x`}},
-		{"content type missing", req{"POST", "/", "", "", `{}`}, req{"POST", "/", "", "application/json", `{}`}},
-		{"content type malformed", req{"POST", "/", "", "application/json;", `{}`}, req{"POST", "/", "", "application/json; x", `{}`}},
-		{"JSON vs raw, same bytes", req{"POST", "/", "", "text/plain", `{"a":1}`}, req{"POST", "/", "", "application/json", `{"a":1}`}},
-		{"raw body key order", req{"POST", "/", "", "text/plain", `{"a":1,"b":2}`}, req{"POST", "/", "", "text/plain", `{"b":2,"a":1}`}},
-		{"raw body whitespace", req{"POST", "/", "", "application/octet-stream", "x"}, req{"POST", "/", "", "application/octet-stream", "x "}},
-		{"form same-key order", req{"POST", "/", "", form, "a=1&a=2"}, req{"POST", "/", "", form, "a=2&a=1"}},
-		{"form value", req{"POST", "/", "", form, "a=1"}, req{"POST", "/", "", form, "a=1&b="}},
-		{"form malformed", req{"POST", "/", "", form, "a=%"}, req{"POST", "/", "", form, "a=%25"}},
-		{"form vs JSON", req{"POST", "/", "", form, "a=1"}, req{"POST", "/", "", ctJSON, "a=1"}},
+		{"method", req{"POST", "/a", "", "", "", nil}, req{"PUT", "/a", "", "", "", nil}},
+		{"method case", req{"POST", "/a", "", "", "", nil}, req{"post", "/a", "", "", "", nil}},
+		{"path", req{"POST", "/a", "", "", "", nil}, req{"POST", "/b", "", "", "", nil}},
+		{"path slash", req{"POST", "/a", "", "", "", nil}, req{"POST", "/a/", "", "", "", nil}},
+		{"path escape", req{"POST", "/a/b", "", "", "", nil}, req{"POST", "/a%2Fb", "", "", "", nil}},
+		{"query value", req{"POST", "/", "a=1", "", "", nil}, req{"POST", "/", "a=2", "", "", nil}},
+		{"query value order", req{"POST", "/", "a=1&a=2", "", "", nil}, req{"POST", "/", "a=2&a=1", "", "", nil}},
+		{"query vs none", req{"POST", "/", "a=", "", "", nil}, req{"POST", "/", "", "", "", nil}},
+		{"query split", req{"POST", "/", "a=b%26c", "", "", nil}, req{"POST", "/", "a=b&c", "", "", nil}},
+		{"query malformed", req{"POST", "/", "a=%zz", "", "", nil}, req{"POST", "/", "a=%25zz", "", "", nil}},
+		{"query semicolon", req{"POST", "/", "a=1;b=2", "", "", nil}, req{"POST", "/", "a=1&b=2", "", "", nil}},
+		{"media type", req{"POST", "/", "", "application/json", `{}`, nil}, req{"POST", "/", "", "application/vnd.api+json", `{}`, nil}},
+		{"charset", req{"POST", "/", "", "text/plain; charset=utf-8", `x`, nil}, req{"POST", "/", "", "text/plain; charset=latin1", `x`, nil}},
+		{"charset vs none", req{"POST", "/", "", "application/json; charset=utf-8", `{}`, nil}, req{"POST", "/", "", "application/json", `{}`, nil}},
+		{"boundary case", req{"POST", "/", "", "multipart/form-data; boundary=AB", `x`, nil}, req{"POST", "/", "", "multipart/form-data; boundary=ab", `x`, nil}},
+		{"content type missing", req{"POST", "/", "", "", `{}`, nil}, req{"POST", "/", "", "application/json", `{}`, nil}},
+		{"content type malformed", req{"POST", "/", "", "application/json;", `{}`, nil}, req{"POST", "/", "", "application/json; x", `{}`, nil}},
+		{"JSON vs raw, same bytes", req{"POST", "/", "", "text/plain", `{"a":1}`, nil}, req{"POST", "/", "", "application/json", `{"a":1}`, nil}},
+		{"raw body key order", req{"POST", "/", "", "text/plain", `{"a":1,"b":2}`, nil}, req{"POST", "/", "", "text/plain", `{"b":2,"a":1}`, nil}},
+		{"raw body whitespace", req{"POST", "/", "", "application/octet-stream", "x", nil}, req{"POST", "/", "", "application/octet-stream", "x ", nil}},
+		{"form same-key order", req{"POST", "/", "", form, "a=1&a=2", nil}, req{"POST", "/", "", form, "a=2&a=1", nil}},
+		{"form value", req{"POST", "/", "", form, "a=1", nil}, req{"POST", "/", "", form, "a=1&b=", nil}},
+		{"form malformed", req{"POST", "/", "", form, "a=%", nil}, req{"POST", "/", "", form, "a=%25", nil}},
+		{"form malformed value escape", formReq("b=2&a=%4"), formReq("a=%4&b=2")},
+		{"form semicolon", formReq("b=2&a=1;c"), formReq("a=1;c&b=2")},
+		{"form vs JSON", req{"POST", "/", "", form, "a=1", nil}, req{"POST", "/", "", ctJSON, "a=1", nil}},
+		{"form escapes", formReq("name=J%C3%B6rg+M"), formReq("name=J%c3%b6rg%20M")},
+		{"form + vs %20", formReq(`{"name":"a+b"}`), formReq(`{"name":"a%20b"}`)},
+		{"form + vs space", formReq(`{"name":"a+b"}`), formReq(`{"name":"a b"}`)},
+		{"form escaped name", formReq("a=1"), formReq("%61=1")},
+		{"form names that decode alike", formReq("a=1&%61=2"), formReq("%61=2&a=1")},
+		{"form no = vs empty value", formReq("a&b=1"), formReq("a=&b=1")},
+		{"form empty segment", formReq("a=1&b=2"), formReq("a=1&&b=2")},
+		{"form JSON objects", formReq(`{"a":"b"}&{"a":"c"}`), formReq(`{"a":"c"}&{"a":"b"}`)},
+		{"form JSON after spaces", formReq(`x=1& {"a":1}`), formReq(` {"a":1}&x=1`)},
+		{"form JSON number", formReq("1&a=2"), formReq("a=2&1")},
+		{"form JSON negative number", formReq("-1=x&a=2"), formReq("a=2&-1=x")},
+		{"form JSON null", formReq("null&a=1"), formReq("a=1&null")},
+		{"form JSON literal name", formReq("true=1&a=2"), formReq("a=2&true=1")},
+		{"form JSON literal prefix", formReq("nulls=1&a=2"), formReq("a=2&nulls=1")},
+		{"form XML", formReq("x=<a>1</a>&y=2"), formReq("y=2&x=<a>1</a>")},
+		{"form control byte", formReq("a=1\n&b=2"), formReq("b=2&a=1\n")},
+		{"form DEL", formReq("a=\x7f&b=2"), formReq("b=2&a=\x7f")},
+		{"form too many segments", formReq("a=1" + strings.Repeat("&", 10000)), formReq("a=1")},
+		{"form, encoded, pair order", encoded(formReq("a=1&b=2"), "gzip"), encoded(formReq("b=2&a=1"), "gzip")},
+		{"encoded JSON key order", encoded(post(`{"a":1,"b":2}`), "gzip"), encoded(post(`{"b":2,"a":1}`), "gzip")},
+		{"content encoding vs none", encoded(post(`{}`), "gzip"), post(`{}`)},
+		{"empty content encoding vs none", encoded(post(`{}`), ""), post(`{}`)},
+		{"content encoding", encoded(post(`{}`), "gzip"), encoded(post(`{}`), "br")},
+		{"content encoding order", encoded(post(`{}`), "gzip, br"), encoded(post(`{}`), "br, gzip")},
+		{"content encoding case", encoded(post(`{}`), "gzip"), encoded(post(`{}`), "GZIP")},
+		{"content encoding lines", encoded(post(`{}`), "gzip", "br"), encoded(post(`{}`), "gzip, br")},
+		{"content encoding empty element", encoded(post(`{}`), "gzip,"), encoded(post(`{}`), "gzip")},
+		{"content encoding empty line", encoded(post(`{}`), "gzip", ""), encoded(post(`{}`), "gzip")},
+		{"content encoding vs media type", req{"POST", "/", "", "application/json", "{}", []string{"x"}}, req{"POST", "/", "", "application/json; x=", "{}", nil}},
 		{"empty JSON body vs {}", post(``), post(`{}`)},
-		{"field boundary", req{"POST", "/ab", "", "", ""}, req{"POST/", "ab", "", "", ""}},
-		{"query and body boundary", req{"POST", "/", "a=1", "text/plain", ""}, req{"POST", "/", "", "text/plain", "a=1"}},
+		{"field boundary", req{"POST", "/ab", "", "", "", nil}, req{"POST/", "ab", "", "", "", nil}},
+		{"query and body boundary", req{"POST", "/", "a=1", "text/plain", "", nil}, req{"POST", "/", "", "text/plain", "a=1", nil}},
 	}
 	for _, tt := range tests {
 		if tt.a.sum() == tt.b.sum() {
@@ -116,7 +166,7 @@ func TestInvalidJSONNeverCollides(t *testing.T) {
 		}
 		// The raw-JSON reading must not collide with a raw body of the same
 		// bytes under another media type...
-		if got == (req{"POST", "/orders", "", "text/plain", invalid}).sum() {
+		if got == (req{"POST", "/orders", "", "text/plain", invalid, nil}).sum() {
 			t.Errorf("invalid JSON %q shares a fingerprint with a text/plain body", invalid)
 		}
 		// ...and must equal itself.
@@ -152,6 +202,46 @@ func TestSumLayout(t *testing.T) {
 	if got != want {
 		t.Fatalf("Sum does not follow the documented layout:\n got %x\nwant %x", got, want)
 	}
+
+	// A form body, sent with two Content-Encoding lines: the encoding
+	// field, and the body as its raw bytes.
+	u64 := func(n int) string { return string(binary.BigEndian.AppendUint64(nil, uint64(n))) }
+	b = []byte("idemkey fingerprint v1\n")
+	b = field(b, 'M', "PUT")
+	b = field(b, 'P', "/f")
+	b = field(b, 'Q', "")
+	b = field(b, 'T', lp("application/x-www-form-urlencoded"))
+	b = field(b, 'E', lp(lp("gzip")+lp("")+lp("BR"))+lp(lp("x y")))
+	b = field(b, 'B', "b=2&a=1")
+	want = sha256.Sum256(b)
+	if got := Sum("PUT", "/f", "", "application/x-www-form-urlencoded", []byte("b=2&a=1"), " gzip ,, BR", "x y"); got != want {
+		t.Fatalf("an encoded body does not follow the documented layout:\n got %x\nwant %x", got, want)
+	}
+
+	// The same form without an encoding: the number of '&', then the
+	// non-empty segments as sent, sorted stably by decoded name.
+	b = []byte("idemkey fingerprint v1\n")
+	b = field(b, 'M', "PUT")
+	b = field(b, 'P', "/f")
+	b = field(b, 'Q', "")
+	b = field(b, 'T', lp("application/x-www-form-urlencoded"))
+	b = field(b, 'U', u64(4)+lp("a=1")+lp("%61=3")+lp("b=%32")+lp("b+c"))
+	want = sha256.Sum256(b)
+	if got := Sum("PUT", "/f", "", "application/x-www-form-urlencoded", []byte("b=%32&a=1&&b+c&%61=3")); got != want {
+		t.Fatalf("a form body does not follow the documented layout:\n got %x\nwant %x", got, want)
+	}
+
+	// A form body a reordering could change for a JSON decoder: raw bytes.
+	b = []byte("idemkey fingerprint v1\n")
+	b = field(b, 'M', "PUT")
+	b = field(b, 'P', "/f")
+	b = field(b, 'Q', "")
+	b = field(b, 'T', lp("application/x-www-form-urlencoded"))
+	b = field(b, 'f', "b=2&null")
+	want = sha256.Sum256(b)
+	if got := Sum("PUT", "/f", "", "application/x-www-form-urlencoded", []byte("b=2&null")); got != want {
+		t.Fatalf("a JSON-looking form body does not follow the documented layout:\n got %x\nwant %x", got, want)
+	}
 }
 
 func TestDefaultMatchesSum(t *testing.T) {
@@ -164,6 +254,14 @@ func TestDefaultMatchesSum(t *testing.T) {
 	}
 	if got := New(All)(r, body); got != want {
 		t.Errorf("New(All) = %x, Sum = %x", got, want)
+	}
+	// Default reads the first Content-Type and every Content-Encoding line.
+	r.Header.Add("Content-Type", "text/plain")
+	r.Header.Add("Content-Encoding", "gzip")
+	r.Header.Add("content-encoding", "BR, x")
+	want = Sum("PATCH", "/a%2Fb/c", "z=1&y=2", "application/json", body, "gzip", "BR, x")
+	if got := Default(r, body); got != want {
+		t.Errorf("with Content-Encoding: Default = %x, Sum = %x", got, want)
 	}
 }
 
@@ -181,7 +279,8 @@ func TestFieldSelection(t *testing.T) {
 		Path:      func() (*http.Request, []byte) { return mk("POST", "/b?q=1", "application/json", `{"x":1}`) },
 		Query:     func() (*http.Request, []byte) { return mk("POST", "/a?q=2", "application/json", `{"x":1}`) },
 		MediaType: func() (*http.Request, []byte) { return mk("POST", "/a?q=1", "application/problem+json", `{"x":1}`) },
-		Body:      func() (*http.Request, []byte) { return mk("POST", "/a?q=1", "application/json", `{"x":2}`) },
+
+		Body: func() (*http.Request, []byte) { return mk("POST", "/a?q=1", "application/json", `{"x":2}`) },
 	}
 	for _, sel := range []Field{Method, Path, Query, MediaType, Body, Method | Path, Method | Path | Query, All &^ Body, All} {
 		f := New(sel)
@@ -195,6 +294,28 @@ func TestFieldSelection(t *testing.T) {
 			}
 		}
 	}
+	// The content encoding is covered with MediaType; it also makes Body
+	// read the body as raw bytes, a different reading of the same bytes.
+	encodings := []string{"gzip", "br", "GZIP", "gzip, br"}
+	for _, sel := range []Field{Method | Path | Query, MediaType, Body, MediaType | Body, All} {
+		f := New(sel)
+		r0, b0 := base()
+		d0 := f(r0, b0)
+		seen := map[[32]byte]string{}
+		for _, ce := range encodings {
+			r, b := base()
+			r.Header.Set("Content-Encoding", ce)
+			d := f(r, b)
+			if (d != d0) != (sel&(MediaType|Body) != 0) {
+				t.Errorf("New(%v): Content-Encoding %q changes the fingerprint = %v", sel, ce, d != d0)
+			}
+			if prev, ok := seen[d]; ok && sel&MediaType != 0 {
+				t.Errorf("New(%v): Content-Encoding %q and %q share a fingerprint", sel, prev, ce)
+			}
+			seen[d] = ce
+		}
+	}
+
 	// Different selections never share a fingerprint of one request.
 	r, b := base()
 	if New(Method)(r, b) == New(Path)(r, b) || New(Method|Path)(r, b) == New(Method)(r, b) {

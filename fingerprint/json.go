@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"slices"
 	"unicode"
 	"unicode/utf8"
@@ -242,6 +243,10 @@ func (c *canonJSON) put(dst, p []byte) []byte {
 }
 
 func (c *canonJSON) skipSpace() {
+	// Most JSON has no space between tokens: one test finds none.
+	if c.pos < len(c.src) && c.src[c.pos] > ' ' {
+		return
+	}
 	for c.pos < len(c.src) {
 		switch c.src[c.pos] {
 		case ' ', '\t', '\n', '\r':
@@ -275,7 +280,7 @@ func (c *canonJSON) value() error {
 }
 
 // memberValue is value, with the commonest members of arrays and objects,
-// strings and numbers, read without going through value.
+// strings, numbers and objects, read without going through value.
 func (c *canonJSON) memberValue() error {
 	if c.pos < len(c.src) {
 		switch b := c.src[c.pos]; {
@@ -283,6 +288,8 @@ func (c *canonJSON) memberValue() error {
 			return c.str()
 		case '0' <= b && b <= '9':
 			return c.number()
+		case b == '{':
+			return c.object()
 		}
 	}
 	return c.value()
@@ -293,6 +300,34 @@ func (c *canonJSON) memberValue() error {
 // foldKey.
 func (c *canonJSON) name() (uint64, error) {
 	src := c.src
+	if p := c.pos; p+16 <= len(src) {
+		// The commonest name, up to seven bytes of printable ASCII without
+		// '_' or '-', is read, written and folded as one word: w holds the
+		// eight bytes after the opening quote.
+		w := binary.LittleEndian.Uint64(src[p+1:])
+		if m := special(w) | w&hi8; m != 0 && len(c.out)+16 <= cap(c.out) {
+			n := firstFlagged(m)
+			keep := uint64(1)<<(8*n) - 1 // the name's bytes of w
+			if src[p+1+n] == '"' && dashes(w)&keep == 0 {
+				// Two words are stored whole past the end of out (which
+				// has room for them), and one past the end of fold.
+				o := len(c.out)
+				out := c.out[:o+16]
+				binary.LittleEndian.PutUint64(out[o:], binary.LittleEndian.Uint64(src[p:]))
+				binary.LittleEndian.PutUint64(out[o+8:], binary.LittleEndian.Uint64(src[p+8:]))
+				c.out = out[:o+n+2]
+				c.pos = p + n + 2
+				// Folding drops nothing here: it upper-cases letters. The
+				// key is the folded name read big-endian, zero-padded.
+				folded := upperASCII(w) & keep
+				fold := slices.Grow(c.fold, 8)
+				f := len(fold)
+				binary.LittleEndian.PutUint64(fold[f:f+8], folded)
+				c.fold = fold[:f+n]
+				return bits.ReverseBytes64(folded), nil
+			}
+		}
+	}
 	i := c.pos + 1
 	for i < len(src) && asciiName[src[i]] {
 		i++
@@ -327,6 +362,23 @@ func (c *canonJSON) name() (uint64, error) {
 	}
 	c.fold = fold[:j]
 	return key, nil
+}
+
+// dashes flags the bytes of w that are '_' or '-' the way special flags
+// its bytes: only the lowest set bit is sure to flag one.
+func dashes(w uint64) uint64 {
+	u := w ^ (lo8 * '_')
+	d := w ^ (lo8 * '-')
+	return ((u-lo8)&^u | (d-lo8)&^d) & hi8
+}
+
+// upperASCII returns w with every byte from 'a' to 'z' in upper case, for
+// the bytes of w up to the first that is 0x80 or more (a carry from that
+// one on may change the bytes after it).
+func upperASCII(w uint64) uint64 {
+	ge := w + lo8*(0x80-'a')   // high bit set where a byte is 'a' or more
+	gt := w + lo8*(0x80-'z'-1) // high bit set where a byte is past 'z'
+	return w - (ge&^gt&hi8)>>2 // 0x80>>2 is the 0x20 between the cases
 }
 
 // asciiName[b] reports whether b is printable ASCII that stands for itself
@@ -498,7 +550,11 @@ func (c *canonJSON) object() error {
 	inOrder := c.inOrder(ms)
 	if !inOrder && c.opened == opened && o.end-o.start <= maxRewrite {
 		// No object inside: write the members in order where they stand.
-		c.sortMembers(ms)
+		if len(ms) == 2 {
+			ms[0], ms[1] = ms[1], ms[0] // the second sorts first
+		} else {
+			c.sortMembers(ms)
+		}
 		c.rewrite(o.start, o.end, ms)
 		inOrder = true
 	}
@@ -571,15 +627,27 @@ var plain = func() (t [256]bool) {
 
 const hexDigits = "0123456789abcdef"
 
-// hasSpecial reports whether any of the eight bytes in w is a control
-// character, '"' or '\\'. Each term is the classic test for a zero byte
-// (v-0x01..) &^ v & 0x80.., which is exact about whether one exists.
-func hasSpecial(w uint64) bool {
-	const lo, hi = 0x0101010101010101, 0x8080808080808080
-	q := w ^ (lo * '"')
-	b := w ^ (lo * '\\')
-	return ((w-lo*0x20)&^w|(q-lo)&^q|(b-lo)&^b)&hi != 0
+const (
+	lo8 = 0x0101010101010101
+	hi8 = 0x8080808080808080
+)
+
+// special flags the bytes of w (eight bytes loaded little-endian) that are
+// control characters, '"' or '\\': its lowest set bit is the high bit of
+// the first such byte, and it is zero when there is none. Each term is the
+// classic test for a small byte (v-n..) &^ v & 0x80..: a byte that passes
+// borrows from the next one, so bits above the lowest set one may flag
+// bytes that are not special, but no byte below the first special one is
+// ever flagged.
+func special(w uint64) uint64 {
+	q := w ^ (lo8 * '"')
+	b := w ^ (lo8 * '\\')
+	return ((w-lo8*0x20)&^w | (q-lo8)&^q | (b-lo8)&^b) & hi8
 }
+
+// firstFlagged returns the index of the byte whose high bit is the lowest
+// set bit of m, which is not zero.
+func firstFlagged(m uint64) int { return bits.TrailingZeros64(m) >> 3 }
 
 // str reads a string at c.pos and writes its canonical form.
 func (c *canonJSON) str() error {
@@ -588,8 +656,13 @@ func (c *canonJSON) str() error {
 	c.out = append(c.out, '"')
 	run := i
 	for {
-		// Eight bytes at a time while none is special, then one by one.
-		for i+8 <= len(src) && !hasSpecial(binary.LittleEndian.Uint64(src[i:])) {
+		// Eight bytes at a time to the first special one, then one by one
+		// near the end.
+		for i+8 <= len(src) {
+			if m := special(binary.LittleEndian.Uint64(src[i:])); m != 0 {
+				i += firstFlagged(m)
+				break
+			}
 			i += 8
 		}
 		for i < len(src) && plain[src[i]] {

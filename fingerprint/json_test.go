@@ -189,23 +189,29 @@ func TestCanonicalJSONDistinct(t *testing.T) {
 	}
 }
 
-func TestHasSpecial(t *testing.T) {
-	want := func(w [8]byte) bool {
-		for _, b := range w {
+// TestSpecial checks that special finds the first byte of a word that does
+// not stand for itself in a JSON string, or that there is none.
+func TestSpecial(t *testing.T) {
+	want := func(w [8]byte) int {
+		for i, b := range w {
 			if !plain[b] {
-				return true
+				return i
 			}
 		}
-		return false
+		return -1
 	}
 	check := func(w [8]byte) {
-		if got := hasSpecial(binary.LittleEndian.Uint64(w[:])); got != want(w) {
-			t.Fatalf("hasSpecial(%q) = %v", w[:], got)
+		got := -1
+		if m := special(binary.LittleEndian.Uint64(w[:])); m != 0 {
+			got = firstFlagged(m)
+		}
+		if got != want(w) {
+			t.Fatalf("first special byte of %q: %d, want %d", w[:], got, want(w))
 		}
 	}
 	// Every byte value in every position, among fillers on both sides of
 	// the thresholds.
-	for _, fill := range []byte{'a', 0x20, 0x21, '"' + 1, '\\' + 1, 0x7f, 0x80, 0xff} {
+	for _, fill := range []byte{'a', 0x20, 0x21, '"' + 1, '\\' + 1, 0x7f, 0x80, 0xff, '"', '\\', 0, 0x1f} {
 		for pos := range 8 {
 			for b := range 256 {
 				var w [8]byte
@@ -222,5 +228,54 @@ func TestHasSpecial(t *testing.T) {
 		var w [8]byte
 		binary.LittleEndian.PutUint64(w[:], rng.Uint64())
 		check(w)
+	}
+}
+
+// TestNameFastPath checks the names read a word at a time against the
+// general reading: the canonical name written, its folded form and its
+// key, for names of every length around a word, every printable byte, and
+// input ending just after the name or running on.
+func TestNameFastPath(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	check := func(name string, tail string) {
+		src := []byte(`"` + name + `"` + tail)
+		var c canonJSON
+		c.reset(src)
+		c.out = append(c.out, "prefix"...)
+		c.fold = append(c.fold, "FOLD"...)
+		key, err := c.name()
+		if err != nil {
+			t.Fatalf("%q: %v", src, err)
+		}
+		wantFold := appendFoldedName(nil, []byte(name))
+		if got := string(c.out); got != `prefix"`+name+`"` {
+			t.Fatalf("%q: wrote %q", src, got)
+		}
+		if got := string(c.fold); got != "FOLD"+string(wantFold) {
+			t.Fatalf("%q: folded %q, want %q", src, got, wantFold)
+		}
+		if want := foldKey(wantFold); key != want {
+			t.Fatalf("%q: key %#x, want %#x", src, key, want)
+		}
+		if c.pos != len(name)+2 {
+			t.Fatalf("%q: stopped at %d", src, c.pos)
+		}
+	}
+	for range 20000 {
+		n := rng.IntN(11)
+		b := make([]byte, n)
+		for i := range b {
+			switch rng.IntN(4) {
+			case 0:
+				b[i] = "_-aAzZ`{@["[rng.IntN(10)]
+			default:
+				for b[i] = byte(0x20 + rng.IntN(0x60)); b[i] == '"' || b[i] == '\\'; {
+					b[i] = byte(0x20 + rng.IntN(0x60))
+				}
+			}
+		}
+		check(string(b), "")
+		check(string(b), ":1}")
+		check(string(b), strings.Repeat(" ", rng.IntN(20))+`:"\u00e9\xff"}`)
 	}
 }

@@ -11,16 +11,29 @@ type pair struct {
 	nameStart, nameEnd, valueStart, valueEnd int
 }
 
-// pairs collects decoded name/value pairs (of a query, a form body or the
-// parameters of a media type) and writes them in canonical order.
+// pairs collects decoded name/value pairs (of a query or the parameters of
+// a media type) and writes them in canonical order. For a form body it
+// collects the segments as sent instead (see parseForm).
 type pairs struct {
 	buf  []byte
 	list []pair
+	// segs are the non-empty segments of a form body, and amps the number
+	// of '&' in it.
+	segs []segment
+	amps int
+}
+
+// segment is one non-empty segment of a form body: start and end in the
+// body, and its name as url.ParseQuery decodes it in pairs.buf.
+type segment struct {
+	start, end, nameStart, nameEnd int
 }
 
 func (p *pairs) reset() {
 	p.buf = p.buf[:0]
 	p.list = p.list[:0]
+	p.segs = p.segs[:0]
+	p.amps = 0
 }
 
 func (p *pairs) add(nameStart, nameEnd, valueStart, valueEnd int) {
@@ -122,4 +135,129 @@ func unhex(b byte) (byte, bool) {
 		return b - 'A' + 10, true
 	}
 	return 0, false
+}
+
+// parseForm reads body, an application/x-www-form-urlencoded body, into p
+// for appendForm: its segments as sent, each with its name decoded. It
+// reports false when the body must be covered as its raw bytes instead,
+// because reordering its segments could change what a handler reads:
+//
+//   - url.ParseQuery rejects it (a ';', a malformed escape), so it is not
+//     read as pairs at all;
+//   - a segment starts (after spaces) with what starts a JSON value: '{',
+//     '[', '"', '-', a digit, or the literal true, false or null. A handler
+//     may decode JSON whatever the label (curl labels a body sent with -d
+//     as a form), and json.Decoder reads the first value and ignores what
+//     follows: {"a":1}&{"a":2}, 1&2 and null&a=1 each read differently
+//     reordered;
+//   - it holds a '<': encoding/xml skips to the first element anywhere in
+//     the body and ignores what follows it (x=<a/>&y=2 reads an element,
+//     y=2&x=<a/> fails on the '&');
+//   - it holds a control byte (below 0x20, or 0x7f): form encoders escape
+//     them all, so the body is binary or lines of text, read some other way.
+//
+// None of these is produced by a form encoder, which escapes them, except
+// a name that starts with a digit, '-' or one of the literals.
+func parseForm(p *pairs, body []byte) bool {
+	p.reset()
+	for i := 0; i <= len(body); {
+		end := i
+		for end < len(body) && body[end] != '&' {
+			end++
+		}
+		seg := body[i:end]
+		start := i
+		i = end + 1
+		if end < len(body) {
+			p.amps++
+		}
+		if len(seg) == 0 {
+			continue
+		}
+		if startsJSON(seg) {
+			return false
+		}
+		eq := -1
+		for j, b := range seg {
+			switch {
+			case b < 0x20 || b == 0x7f || b == '<' || b == ';':
+				return false
+			case b == '=' && eq < 0:
+				eq = j
+			}
+		}
+		name, value := seg, seg[:0]
+		if eq >= 0 {
+			name, value = seg[:eq], seg[eq+1:]
+		}
+		ns := len(p.buf)
+		if !unescape(p, name) || !validEscapes(value) {
+			return false
+		}
+		p.segs = append(p.segs, segment{start, end, ns, len(p.buf)})
+	}
+	return true
+}
+
+// startsJSON reports whether a JSON decoder reads a value (or a value's
+// first token) from the start of seg, after JSON whitespace.
+func startsJSON(seg []byte) bool {
+	i := 0
+	for i < len(seg) && (seg[i] == ' ' || seg[i] == '\t' || seg[i] == '\n' || seg[i] == '\r') {
+		i++
+	}
+	if i == len(seg) {
+		return false
+	}
+	switch c := seg[i]; {
+	case c == '{' || c == '[' || c == '"' || c == '-' || '0' <= c && c <= '9':
+		return true
+	case c == 't':
+		return bytes.HasPrefix(seg[i:], []byte("true"))
+	case c == 'f':
+		return bytes.HasPrefix(seg[i:], []byte("false"))
+	case c == 'n':
+		return bytes.HasPrefix(seg[i:], []byte("null"))
+	}
+	return false
+}
+
+// validEscapes reports whether every '%' in s starts an escape that
+// url.QueryUnescape accepts.
+func validEscapes(s []byte) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' {
+			if i+2 >= len(s) {
+				return false
+			}
+			if _, ok := unhex(s[i+1]); !ok {
+				return false
+			}
+			if _, ok := unhex(s[i+2]); !ok {
+				return false
+			}
+			i += 2
+		}
+	}
+	return true
+}
+
+// appendForm appends the canonical form of the body parseForm read: the
+// number of '&' in it as a big-endian uint64 (url.ParseQuery skips empty
+// segments but counts them against its limit on parameters), then each
+// non-empty segment exactly as sent, length-prefixed, sorted stably by its
+// decoded name. Segments whose names decode alike (a=1 and %61=2) keep
+// their order, so each name's values stay in their order; escapes are never
+// decoded, so a+b, a%20b and a b stay three bodies.
+func (p *pairs) appendForm(dst, body []byte) []byte {
+	buf := p.buf
+	slices.SortStableFunc(p.segs, func(a, b segment) int {
+		return bytes.Compare(buf[a.nameStart:a.nameEnd], buf[b.nameStart:b.nameEnd])
+	})
+	dst = binary.BigEndian.AppendUint64(dst, uint64(p.amps))
+	for _, s := range p.segs {
+		dst = binary.BigEndian.AppendUint64(dst, uint64(s.end-s.start))
+		dst = append(dst, body[s.start:s.end]...)
+	}
+	return dst
 }

@@ -1,0 +1,49 @@
+package fingerprint
+
+import (
+	"encoding/binary"
+	"net/http"
+)
+
+// rawPrefix starts what RawDigest hashes, so that a raw digest is never
+// taken for a fingerprint.
+const rawPrefix = "idemkey raw digest v1\n"
+
+// RawDigest returns a SHA-256 over everything Default reads of a request,
+// as the request has it, without canonicalising anything: the method, the
+// escaped path, the raw query, the first Content-Type header, every
+// Content-Encoding header line, and the body, each length-prefixed.
+//
+// Equal RawDigests imply equal Default fingerprints: both read the request
+// through one function of this package, so a repeat whose RawDigest equals
+// that of a request already found to match a kept fingerprint matches it
+// too, and its fingerprint (which canonicalises the body, at several times
+// the cost) need not be computed. The converse does not hold: requests that
+// differ only in key order or whitespace have different RawDigests and one
+// fingerprint.
+//
+// A RawDigest is for comparing requests within one process; it is not a
+// stored format and may change between releases.
+func RawDigest(r *http.Request, body []byte) [32]byte {
+	q := readRequest(r, All)
+	s := getScratch()
+	b := append(s.head[:0], rawPrefix...)
+	for _, part := range [...]string{q.method, q.path, q.query, q.contentType} {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(part)))
+		b = append(b, part...)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(len(q.contentEncoding)))
+	for _, line := range q.contentEncoding {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(line)))
+		b = append(b, line...)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(len(body)))
+	s.h.Reset()
+	s.h.Write(b)
+	s.h.Write(body)
+	s.head = b
+	s.h.Sum(s.digest[:0])
+	d := s.digest
+	putScratch(s)
+	return d
+}
