@@ -2,12 +2,7 @@ package middleware
 
 import (
 	"container/list"
-	"crypto/sha256"
-	"encoding/binary"
-	"hash"
 	"hash/maphash"
-	"io"
-	"net/http"
 	"sync"
 	"time"
 
@@ -38,9 +33,9 @@ type cacheEntry struct {
 	key     string
 	rec     *store.Record
 	expires time.Time
-	// raw is the rawDigest of a request whose fingerprint matched rec's,
-	// when hasRaw: a repeat with the same digest has the same fingerprint
-	// (see Middleware.cached).
+	// raw is the fingerprint.RawDigest of a request whose fingerprint
+	// matched rec's, when hasRaw: a repeat with the same digest has the same
+	// fingerprint (see Middleware.cached).
 	raw    [32]byte
 	hasRaw bool
 }
@@ -85,7 +80,7 @@ func (c *replayCache) lookup(key string) (rec *store.Record, raw [32]byte, hasRa
 	return e.rec, e.raw, e.hasRaw
 }
 
-// learn notes that requests whose rawDigest is raw match rec, while rec is
+// learn notes that requests whose RawDigest is raw match rec, while rec is
 // still key's entry.
 func (c *replayCache) learn(key string, rec *store.Record, raw [32]byte) {
 	s := c.shard(key)
@@ -97,31 +92,6 @@ func (c *replayCache) learn(key string, rec *store.Record, raw [32]byte) {
 		}
 	}
 }
-
-// rawDigest is a SHA-256 over exactly what fingerprint.Default reads of a
-// request, length-prefixed, as the request has it: the method, the escaped
-// path, the raw query, the first Content-Type header and the body. Two
-// requests with the same rawDigest have the same default fingerprint, and
-// the digest costs a fraction of the fingerprint (no JSON to canonicalise).
-func rawDigest(r *http.Request, body []byte) [32]byte {
-	h := rawHashes.Get().(hash.Hash)
-	h.Reset()
-	var n [8]byte
-	for _, part := range [...]string{r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Get("Content-Type")} {
-		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
-		h.Write(n[:])
-		io.WriteString(h, part)
-	}
-	binary.BigEndian.PutUint64(n[:], uint64(len(body)))
-	h.Write(n[:])
-	h.Write(body)
-	var d [32]byte
-	h.Sum(d[:0])
-	rawHashes.Put(h)
-	return d
-}
-
-var rawHashes = sync.Pool{New: func() any { return sha256.New() }}
 
 // put caches rec under key until the cache's TTL or the end of the record's
 // retention, whichever comes first.

@@ -51,6 +51,11 @@ func cachedRepeats(t *testing.T, opts []middleware.Option) {
 			return r
 		}(),
 		"other method": func() *http.Request { r := post("k", `{"a":1,"b":[1,2]}`); r.Method = http.MethodPut; return r }(),
+		"other content encoding": func() *http.Request {
+			r := post("k", `{"a":1,"b":[1,2]}`)
+			r.Header.Set("Content-Encoding", "gzip")
+			return r
+		}(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			wantProblem(t, serve(mw, r), http.StatusUnprocessableEntity, middleware.CodeKeyReused)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idemkey/idemkey/fingerprint"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -21,7 +22,7 @@ func (m *Middleware) cached(w http.ResponseWriter, r *http.Request, skey string,
 		m.completed(w, r, rec, m.cfg.fingerprint(r, body), ev)
 		return
 	}
-	d := rawDigest(r, body)
+	d := fingerprint.RawDigest(r, body)
 	if hasRaw && d == raw {
 		m.replay(w, r, rec, ev)
 		return
