@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -24,6 +25,28 @@ func TestConformanceMiniredis(t *testing.T) {
 
 func TestConformanceRedis(t *testing.T) {
 	st := newStore(t, newClient(t, redistest.Start(t)))
+	storetest.Run(t, func(*testing.T) storetest.Harness {
+		return storetest.Harness{Store: st}
+	})
+}
+
+// TestConformanceSharedRedis runs the suite against the Redis that
+// REDIS_URL names (CI's shared server), under the suite's random key names:
+// it writes nothing else and deletes nothing it did not write. Without
+// REDIS_URL it skips.
+func TestConformanceSharedRedis(t *testing.T) {
+	u := os.Getenv("REDIS_URL")
+	if u == "" {
+		t.Skip("REDIS_URL not set")
+	}
+	opt, err := goredis.ParseURL(u)
+	if err != nil {
+		t.Fatalf("REDIS_URL: %v", err)
+	}
+	opt.ContextTimeoutEnabled, opt.PoolSize = true, 64
+	c := goredis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	st := newStore(t, c)
 	storetest.Run(t, func(*testing.T) storetest.Harness {
 		return storetest.Harness{Store: st}
 	})

@@ -13,8 +13,11 @@
 //     resent a claim whose reply was lost), another request's claim and its
 //     remaining life (InFlight), or the kept record (Completed);
 //   - complete: replaces the caller's claim with the record, kept for the
-//     retention window;
-//   - release: deletes the caller's claim;
+//     retention window; the record keeps the caller's token, so a complete
+//     that go-redis resends after a lost reply finds its own record and
+//     counts as kept;
+//   - release: deletes the caller's claim; a key that holds nothing counts
+//     as released (a resent release, or a claim that lapsed);
 //   - extend: sets the remaining life of the caller's claim.
 //
 // A first run costs two round trips (claim, complete); a replay, an in-flight

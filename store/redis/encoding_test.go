@@ -60,54 +60,118 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 	for name, rec := range cases {
 		t.Run(name, func(t *testing.T) {
-			b, err := encodeRecord(rec)
+			b, err := encodeRecord(rec, "tok-123")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if b[0] != tagRecordV1 {
-				t.Fatalf("tag %#x, want %#x", b[0], tagRecordV1)
+			if b[0] != tagRecordV2 {
+				t.Fatalf("tag %#x, want %#x", b[0], tagRecordV2)
 			}
-			got, err := decodeRecord(string(b))
+			got, token, err := decodeRecord(string(b))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if token != "tok-123" {
+				t.Errorf("token %q, want tok-123", token)
 			}
 			sameRecord(t, got, rec)
 		})
 	}
 }
 
+// TestRecordOpensWithOwner checks what complete.lua relies on: a record
+// opens with the same bytes as its owner's claim prefix but for the tag, so
+// that a resent complete recognises the record it kept, and only that one.
+func TestRecordOpensWithOwner(t *testing.T) {
+	for _, token := range []string{"t", "tok-123", strings.Repeat("x", MaxTokenLen)} {
+		p := ownerPrefix(token)
+		b, err := encodeRecord(sampleRecord(), token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b[0]%16 != kindRecord || p[0]%16 != kindInFlight || !bytes.Equal(b[1:len(p)], p[1:]) {
+			t.Errorf("record %x... does not open with its owner %x but for the tag", b[:len(p)], p)
+		}
+		other, _ := encodeRecord(sampleRecord(), token+"x")
+		if bytes.Equal(other[:len(p)], b[:len(p)]) {
+			t.Errorf("records of %q and %q open alike", token, token+"x")
+		}
+	}
+}
+
 func TestRecordEncodingIsCompact(t *testing.T) {
 	rec := &store.Record{Status: 200, Body: bytes.Repeat([]byte{0xff}, 1000)}
-	b, err := encodeRecord(rec)
+	b, err := encodeRecord(rec, "tok")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The body is kept as raw bytes after a fixed head: no base64, no JSON.
-	if want := recordFixed + 1000; len(b) != want {
+	if want := 2 + 3 + recordFixed + 1000; len(b) != want {
 		t.Errorf("encoded %d bytes, want %d", len(b), want)
 	}
 }
 
 func TestRecordEncodingIsDeterministic(t *testing.T) {
-	a, _ := encodeRecord(sampleRecord())
+	a, _ := encodeRecord(sampleRecord(), "tok")
 	for i := 0; i < 20; i++ { // map order varies from run to run
-		b, _ := encodeRecord(sampleRecord())
+		b, _ := encodeRecord(sampleRecord(), "tok")
 		if !bytes.Equal(a, b) {
 			t.Fatal("two encodings of one record differ")
 		}
 	}
 }
 
-// TestRecordV1Golden pins the version 1 layout: a record written by this
-// version must stay readable by every later one. Regenerate the file only
-// with a new version tag, never for tag 0x12.
+// goldenToken is the owner token of the pinned version 2 record.
+const goldenToken = "0123456789abcdef0123456789abcdef"
+
+// TestRecordV1Golden pins the version 1 layout: records written before
+// version 2 (by earlier releases, which no longer write it) must stay
+// readable by every later one. Never regenerate this file.
 func TestRecordV1Golden(t *testing.T) {
-	b, err := encodeRecord(sampleRecord())
+	golden := readGolden(t, "testdata/record-v1.hex", nil)
+	if golden[0] != tagRecordV1 {
+		t.Fatalf("tag %#x, want %#x", golden[0], tagRecordV1)
+	}
+	got, token, err := decodeRecord(string(golden))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const path = "testdata/record-v1.hex"
-	if os.Getenv("IDEMKEY_WRITE_GOLDEN") != "" {
+	if token != "" {
+		t.Errorf("version 1 record decoded with token %q", token)
+	}
+	sameRecord(t, got, sampleRecord())
+	if st, err := StateOf(string(golden[:1])); err != nil || st != store.Completed {
+		t.Errorf("StateOf(v1 record) = %v, %v", st, err)
+	}
+}
+
+// TestRecordV2Golden pins the version 2 layout: a record written by this
+// version must stay readable by every later one. Regenerate the file
+// (IDEMKEY_WRITE_GOLDEN=1) only for a new version tag, never for tag 0x22.
+func TestRecordV2Golden(t *testing.T) {
+	b, err := encodeRecord(sampleRecord(), goldenToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := readGolden(t, "testdata/record-v2.hex", b)
+	if !bytes.Equal(b, golden) {
+		t.Errorf("encoding changed:\n got %x\nwant %x", b, golden)
+	}
+	got, token, err := decodeRecord(string(golden))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != goldenToken {
+		t.Errorf("token %q, want %q", token, goldenToken)
+	}
+	sameRecord(t, got, sampleRecord())
+}
+
+// readGolden reads a hex file from testdata, first writing b to it when
+// IDEMKEY_WRITE_GOLDEN is set and b is not nil.
+func readGolden(t *testing.T, path string, b []byte) []byte {
+	t.Helper()
+	if os.Getenv("IDEMKEY_WRITE_GOLDEN") != "" && b != nil {
 		if err := os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -120,14 +184,21 @@ func TestRecordV1Golden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(b, golden) {
-		t.Errorf("encoding changed:\n got %x\nwant %x", b, golden)
-	}
-	got, err := decodeRecord(string(golden))
+	return golden
+}
+
+// v1Record returns the pinned version 1 encoding of sampleRecord.
+func v1Record(t testing.TB) []byte {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/record-v1.hex")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameRecord(t, got, sampleRecord())
+	b, err := hex.DecodeString(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestInFlightRoundTrip(t *testing.T) {
@@ -151,39 +222,42 @@ func TestInFlightRoundTrip(t *testing.T) {
 }
 
 func TestDecodeRejects(t *testing.T) {
-	rec, _ := encodeRecord(sampleRecord())
+	rec, _ := encodeRecord(sampleRecord(), "tok")
+	v1 := v1Record(t)
 	fl := encodeInFlight("tok", [32]byte{}, time.Time{})
-	cases := map[string]struct {
+	type input struct {
 		v        string
 		inFlight bool
-	}{
+	}
+	head := 2 + len("tok") // the owner before the record's fields
+	cases := map[string]input{
 		"empty record":          {"", false},
-		"future record version": {"\x22" + string(rec[1:]), false},
+		"future record version": {"\x32" + string(rec[1:]), false},
 		"in flight as record":   {string(fl), false},
-		"unknown flags":         {string(rec[:1]) + "\x80" + string(rec[2:]), false},
+		"unknown flags":         {string(rec[:head]) + "\x80" + string(rec[head+1:]), false},
+		"unknown v1 flags":      {string(v1[:1]) + "\x80" + string(v1[2:]), false},
+		"token past the end":    {"\x22\xff" + string(rec[2:40]), false},
 		"empty claim":           {"", true},
-		"future claim version":  {"\x21" + string(fl[1:]), true},
+		"future claim version":  {"\x31" + string(fl[1:]), true},
 		"claim too long":        {string(fl) + "x", true},
 		"record as claim":       {string(rec), true},
+		"v1 record as claim":    {string(v1), true},
 	}
-	for i := 1; i < recordFixed+40; i++ { // every cut inside the head and header block
-		cases["record cut at "+strconv.Itoa(i)] = struct {
-			v        string
-			inFlight bool
-		}{string(rec[:i]), false}
+	for i := 1; i < head+recordFixed+40; i++ { // every cut inside the head and header block
+		cases["record cut at "+strconv.Itoa(i)] = input{string(rec[:i]), false}
+	}
+	for i := 1; i < 1+recordFixed+40; i++ {
+		cases["v1 record cut at "+strconv.Itoa(i)] = input{string(v1[:i]), false}
 	}
 	for i := 1; i < len(fl); i++ {
-		cases["claim cut at "+strconv.Itoa(i)] = struct {
-			v        string
-			inFlight bool
-		}{string(fl[:i]), true}
+		cases["claim cut at "+strconv.Itoa(i)] = input{string(fl[:i]), true}
 	}
 	for name, c := range cases {
 		var err error
 		if c.inFlight {
 			_, err = decodeInFlight(c.v)
 		} else {
-			_, err = decodeRecord(c.v)
+			_, _, err = decodeRecord(c.v)
 		}
 		if !errors.Is(err, ErrUnreadable) {
 			t.Errorf("%s: err = %v, want ErrUnreadable", name, err)
@@ -195,10 +269,10 @@ func TestDecodeRejects(t *testing.T) {
 }
 
 func TestEncodeRejects(t *testing.T) {
-	if _, err := encodeRecord(&store.Record{Status: 70000}); err == nil {
+	if _, err := encodeRecord(&store.Record{Status: 70000}, "tok"); err == nil {
 		t.Error("status 70000 encoded")
 	}
-	if _, err := encodeRecord(&store.Record{Status: 200, Header: http.Header{strings.Repeat("n", 70000): {"v"}}}); err == nil {
+	if _, err := encodeRecord(&store.Record{Status: 200, Header: http.Header{strings.Repeat("n", 70000): {"v"}}}, "tok"); err == nil {
 		t.Error("header name of 70000 bytes encoded")
 	}
 	if err := checkToken(""); err == nil {
@@ -212,31 +286,43 @@ func TestEncodeRejects(t *testing.T) {
 	}
 }
 
-// FuzzDecodeRecord: no input panics the decoder, and whatever it accepts
-// encodes back to a value that decodes to the same record.
+// FuzzDecodeRecord: no input panics the decoder, whatever it accepts (of
+// either version) encodes back to a value that decodes to the same record
+// and token, and the claim decoder refuses it.
 func FuzzDecodeRecord(f *testing.F) {
-	full, _ := encodeRecord(sampleRecord())
-	min, _ := encodeRecord(&store.Record{Status: 200})
+	full, _ := encodeRecord(sampleRecord(), "tok")
+	min, _ := encodeRecord(&store.Record{Status: 200}, "t")
 	f.Add(full)
 	f.Add(min)
+	f.Add(v1Record(f))
 	f.Add(encodeInFlight("tok", [32]byte{1}, time.Unix(1, 0)))
 	f.Add([]byte{})
 	f.Add([]byte{tagRecordV1})
+	f.Add([]byte{tagRecordV2, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		rec, err := decodeRecord(string(b))
+		rec, token, err := decodeRecord(string(b))
 		if err != nil {
 			if !errors.Is(err, ErrUnreadable) {
 				t.Fatalf("error %v does not wrap ErrUnreadable", err)
 			}
 			return
 		}
-		again, err := encodeRecord(rec)
+		if _, err := decodeInFlight(string(b)); err == nil {
+			t.Fatalf("%x reads both as a record and as a claim", b)
+		}
+		if b[0] == tagRecordV1 {
+			token = "v1"
+		}
+		again, err := encodeRecord(rec, token)
 		if err != nil {
 			t.Fatalf("decoded record does not encode: %v", err)
 		}
-		rec2, err := decodeRecord(string(again))
+		rec2, token2, err := decodeRecord(string(again))
 		if err != nil {
 			t.Fatalf("re-encoded record does not decode: %v", err)
+		}
+		if token2 != token {
+			t.Fatalf("token %q came back as %q", token, token2)
 		}
 		sameRecord(t, rec2, rec)
 	})
@@ -248,6 +334,7 @@ func FuzzDecodeInFlight(f *testing.F) {
 	f.Add(encodeInFlight("tok", [32]byte{1}, time.Unix(1, 0)))
 	f.Add(encodeInFlight(strings.Repeat("t", MaxTokenLen), [32]byte{}, time.Time{}))
 	f.Add([]byte{tagInFlightV1, 200})
+	f.Add(v1Record(f))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := decodeInFlight(string(b))
 		if err != nil {

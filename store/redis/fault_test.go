@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -302,6 +303,72 @@ func TestFaultLostClaimReply(t *testing.T) {
 		}
 		if retries < 0 && outcomes["error"] != 10 {
 			t.Errorf("with retries off, outcomes %v, want an error every time", outcomes)
+		}
+	}
+}
+
+// TestFaultLostFinishReply drops the reply to a complete, and to a release,
+// after the server ran it. go-redis resends the script on a new connection;
+// the resent call finds its own earlier write (the record kept under its
+// token, or the key already free) and answers as the first did. With
+// retries off, the call fails with ErrUnavailable, and the write stands.
+func TestFaultLostFinishReply(t *testing.T) {
+	addr := redistest.Start(t)
+	for _, retries := range []int{3, -1} {
+		// The marker is in the body of the record that complete sends, and
+		// in the token that release sends; the claim before each (which
+		// carries the token too) is sent before the proxy is armed.
+		p := newDropProxy(t, addr, "lost-reply")
+		c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: retries})
+		t.Cleanup(func() { c.Close() })
+		st := newStore(t, c)
+		ctx := context.Background()
+		// Load the scripts, so that the dropped reply is the script's own
+		// and not a NOSCRIPT.
+		for _, finish := range []func(key, token string) error{
+			func(key, token string) error { return st.Complete(ctx, key, token, record("warm", 1), time.Minute) },
+			func(key, token string) error { return st.Release(ctx, key, token) },
+		} {
+			k, w := newKey(), newClaim(1)
+			mustClaim(t, st, k, w, store.Claimed)
+			if err := finish(k, w.Token); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, op := range []string{"complete", "release"} {
+			t.Run(fmt.Sprintf("%s/MaxRetries=%d", op, retries), func(t *testing.T) {
+				key, a := newKey(), newClaim(1)
+				a.Token = "lost-reply-" + randomHex(8)
+				mustClaim(t, st, key, a, store.Claimed)
+				rec := record("lost-reply", 1)
+				p.DropNextReply()
+				var err error
+				if op == "complete" {
+					err = st.Complete(ctx, key, a.Token, rec, time.Minute)
+				} else {
+					err = st.Release(ctx, key, a.Token)
+				}
+				if p.Dropped() == 0 {
+					t.Fatal("proxy dropped no reply")
+				}
+				p.Reset()
+				t.Logf("lost %s reply, MaxRetries %d: %v", op, retries, err)
+				if retries > 0 && err != nil {
+					t.Errorf("%s resent after a lost reply: %v, want nil", op, err)
+				}
+				if retries < 0 {
+					checkUnavailable(t, op, err)
+				}
+				// The first call landed, whatever the caller heard.
+				if op == "complete" {
+					res := mustClaim(t, st, key, newClaim(1), store.Completed)
+					if string(res.Record.Body) != "lost-reply" {
+						t.Errorf("kept body %q", res.Record.Body)
+					}
+				} else {
+					mustClaim(t, st, key, newClaim(2), store.Claimed)
+				}
+			})
 		}
 	}
 }

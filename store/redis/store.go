@@ -48,7 +48,10 @@ type Store struct {
 	evictWarn   bool
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Extender = (*Store)(nil)
+)
 
 // New returns a Store on client: a *redis.Client (standalone, or from
 // NewFailoverClient for Sentinel), a *redis.ClusterClient, or any other
@@ -149,7 +152,7 @@ func claimResult(reply any, c store.Claim) (store.Result, error) {
 			return store.Result{State: store.Mine, Fingerprint: c.Fingerprint}, nil
 		}
 	case string:
-		rec, err := decodeRecord(r)
+		rec, _, err := decodeRecord(r)
 		if err != nil {
 			return store.Result{}, err
 		}
@@ -167,16 +170,23 @@ func claimResult(reply any, c store.Claim) (store.Result, error) {
 		if err != nil {
 			return store.Result{}, err
 		}
-		return store.Result{State: store.InFlight, Fingerprint: f.fingerprint, TTL: time.Duration(max(pttl, 0)) * time.Millisecond}, nil
+		return store.Result{
+			State:       store.InFlight,
+			Fingerprint: f.fingerprint,
+			TTL:         time.Duration(max(pttl, 0)) * time.Millisecond,
+			ClaimedAt:   f.created,
+		}, nil
 	}
 	return store.Result{}, fmt.Errorf("%w: claim reply %T %v", ErrUnreadable, reply, reply)
 }
 
 // Complete replaces the claim held by token with rec, kept for retention
 // (rounded up to whole milliseconds; must be positive), in one round trip.
-// It returns store.ErrNotOwner when token does not hold the claim, and an
-// error wrapping store.ErrUnavailable when the backend fails: then the
-// record may or may not have been kept.
+// The record keeps token, so that a Complete resent after a lost reply finds
+// its own record and returns nil without writing. It returns
+// store.ErrNotOwner when token neither holds the claim nor kept the record,
+// and an error wrapping store.ErrUnavailable when the backend fails: then
+// the record may or may not have been kept.
 func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Record, retention time.Duration) error {
 	if err := checkToken(token); err != nil {
 		return err
@@ -188,7 +198,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	if err != nil {
 		return err
 	}
-	val, err := encodeRecord(rec)
+	val, err := encodeRecord(rec, token)
 	if err != nil {
 		return err
 	}
@@ -196,9 +206,11 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	return ownerResult("complete", reply, err)
 }
 
-// Release deletes the claim held by token, in one round trip. It returns
-// store.ErrNotOwner when token does not hold the claim, and an error
-// wrapping store.ErrUnavailable when the backend fails.
+// Release deletes the claim held by token, in one round trip. It returns nil
+// when the key holds nothing (a Release resent after a lost reply, or a
+// claim that lapsed), store.ErrNotOwner when another token holds the key or
+// it holds a record, and an error wrapping store.ErrUnavailable when the
+// backend fails.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkToken(token); err != nil {
 		return err
