@@ -20,6 +20,10 @@
 //     as released (a resent release, or a claim that lapsed);
 //   - extend: sets the remaining life of the caller's claim.
 //
+// New applies its options in order (a later option overrides an earlier
+// one of the same kind) and returns one error that names every invalid
+// value and nil option; no option panics.
+//
 // A first run costs two round trips (claim, complete); a replay, an in-flight
 // answer and a reused key cost one.
 //

@@ -3,13 +3,17 @@ package redis
 import (
 	"fmt"
 	"time"
+
+	"github.com/idemkey/idemkey/internal/option"
 )
 
 // DefaultCallTimeout is the time budget of one store call when
 // WithCallTimeout is not given.
 const DefaultCallTimeout = 300 * time.Millisecond
 
-// Option configures a Store. Options are applied in order by New.
+// Option configures a Store. New applies options in order (a later option
+// overrides an earlier one of the same kind) and returns an error naming
+// every invalid value and nil option; no option panics.
 type Option func(*config) error
 
 type config struct {
@@ -17,6 +21,11 @@ type config struct {
 	waitReplicas int
 	waitTimeout  time.Duration
 	evictionWarn bool
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{callTimeout: DefaultCallTimeout}
+	return c, option.Apply("idemkey: redis", &c, opts)
 }
 
 // WithCallTimeout sets the time budget of every store call (Claim, Complete,
@@ -34,7 +43,7 @@ type config struct {
 func WithCallTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("idemkey: redis: call timeout %v, want > 0", d)
+			return fmt.Errorf("WithCallTimeout(%v): the budget must be positive", d)
 		}
 		c.callTimeout = d
 		return nil
@@ -52,10 +61,12 @@ func WithCallTimeout(d time.Duration) Option {
 //
 // n must be at least 1 and timeout at least 1 ms (WAIT's 0, "forever", is
 // not allowed). The WAIT has a budget of its own: the call budget plus
-// timeout. The mode needs a *redis.Client (standalone or from
-// NewFailoverClient) or a *redis.ClusterClient, which New checks: WAIT
-// counts the writes of one connection, so the claim and its WAIT run on a
-// connection the store pins to the key's master.
+// timeout. WAIT counts the writes of one connection, so the claim and its
+// WAIT run on a connection the store pins to the key's master: the mode
+// needs a client that can pin one, which New checks. A *redis.Client
+// (standalone or from NewFailoverClient) pins with Conn, a
+// *redis.ClusterClient with MasterForKey; so does a wrapper that has either
+// method, as one that embeds the client does.
 //
 // A claim answered Mine (resent after a lost reply) is waited for too, but
 // the write happened on the connection that lost the reply, so that WAIT
@@ -63,11 +74,8 @@ func WithCallTimeout(d time.Duration) Option {
 // connection's earlier writes.
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("idemkey: redis: wait for %d replicas, want >= 1", n)
-		}
-		if timeout < time.Millisecond {
-			return fmt.Errorf("idemkey: redis: replica wait timeout %v, want >= 1ms", timeout)
+		if n < 1 || timeout < time.Millisecond {
+			return fmt.Errorf("WithWaitReplicas(%d, %v): want at least 1 replica and a timeout of at least 1ms", n, timeout)
 		}
 		c.waitReplicas, c.waitTimeout = n, timeout
 		return nil

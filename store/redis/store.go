@@ -56,27 +56,26 @@ var (
 // New returns a Store on client: a *redis.Client (standalone, or from
 // NewFailoverClient for Sentinel), a *redis.ClusterClient, or any other
 // UniversalClient. See the package documentation for the client options to
-// use. It returns an error for a nil client or an invalid option, and when
-// WithWaitReplicas is given with a client that cannot pin a connection.
+// use. It returns an error naming every problem it finds: a nil client,
+// each invalid or nil option, and WithWaitReplicas with a client that
+// cannot pin a connection.
 func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
+	cfg, err := newConfig(opts)
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if client == nil {
-		return nil, errors.New("idemkey: redis: nil client")
-	}
-	cfg := config{callTimeout: DefaultCallTimeout}
-	for _, o := range opts {
-		if o == nil {
-			return nil, errors.New("idemkey: redis: nil option")
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.waitReplicas > 0 {
+		errs = append(errs, errors.New("idemkey: redis: nil client"))
+	} else if cfg.waitReplicas > 0 {
 		switch client.(type) {
 		case *goredis.Client, *goredis.ClusterClient:
 		default:
-			return nil, fmt.Errorf("idemkey: redis: WithWaitReplicas needs a *redis.Client or *redis.ClusterClient, not %T", client)
+			errs = append(errs, fmt.Errorf("idemkey: redis: WithWaitReplicas needs a *redis.Client or *redis.ClusterClient, not %T", client))
 		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return &Store{
 		client:      client,

@@ -366,8 +366,8 @@ func TestNew(t *testing.T) {
 		"sub-ms wait":       redis.WithWaitReplicas(1, time.Microsecond),
 		"negative replicas": redis.WithWaitReplicas(-1, time.Second),
 	} {
-		if _, err := redis.New(c, o); err == nil {
-			t.Errorf("%s accepted", name)
+		if _, err := redis.New(c, o); err == nil || !strings.HasPrefix(err.Error(), "idemkey: redis: ") {
+			t.Errorf("%s: error %v, want one prefixed idemkey: redis:", name, err)
 		}
 	}
 	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": mr.Addr()}})
@@ -378,7 +378,28 @@ func TestNew(t *testing.T) {
 	if _, err := redis.New(ring); err != nil {
 		t.Errorf("Ring without WAIT refused: %v", err)
 	}
-	if _, err := redis.New(c, redis.WithCallTimeout(time.Second), redis.WithWaitReplicas(1, time.Second), redis.WithEvictionWarning()); err != nil {
+	if _, err := redis.New(c, redis.WithCallTimeout(time.Second), redis.WithWaitReplicas(1, time.Second),
+		redis.WithEvictionWarning()); err != nil {
 		t.Errorf("valid options refused: %v", err)
 	}
+}
+
+// TestNewReportsEveryProblem: one call to New names every invalid option,
+// every nil option (by position) and a nil client, not only the first.
+func TestNewReportsEveryProblem(t *testing.T) {
+	_, err := redis.New(nil,
+		redis.WithCallTimeout(-time.Second),
+		nil,
+		redis.WithEvictionWarning(),
+		redis.WithWaitReplicas(0, time.Second),
+	)
+	if err == nil {
+		t.Fatal("New accepted a nil client and three bad options")
+	}
+	for _, want := range []string{"nil client", "WithCallTimeout(-1s)", "option 2 is nil", "WithWaitReplicas(0, 1s)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	t.Logf("New: %v", err)
 }
