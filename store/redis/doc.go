@@ -62,6 +62,13 @@
 //	// At start, refuse a server that may evict claims.
 //	rep, err := st.Check(ctx)
 //
+// New asks the client whether ContextTimeoutEnabled is set, through the
+// Options method of the go-redis clients; an instrumentation wrapper that
+// embeds a go-redis client answers the same way. A wrapper that keeps the
+// client out of reach cannot answer, and the store then bounds each call
+// itself as described next: give WithContextTimeouts(true) when the client
+// under such a wrapper has ContextTimeoutEnabled set.
+//
 // Without ContextTimeoutEnabled, go-redis ignores context deadlines on its
 // sockets and waits for its own ReadTimeout (and retries after it). The store
 // still answers within its budget: it then runs each command on a goroutine

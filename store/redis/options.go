@@ -21,6 +21,8 @@ type config struct {
 	waitReplicas int
 	waitTimeout  time.Duration
 	evictionWarn bool
+	// ctxTimeouts, when not nil, is what WithContextTimeouts said.
+	ctxTimeouts *bool
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -91,6 +93,28 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 func WithEvictionWarning() Option {
 	return func(c *config) error {
 		c.evictionWarn = true
+		return nil
+	}
+}
+
+// WithContextTimeouts tells the store whether its client stops socket reads
+// and writes at a context's deadline, as go-redis does when
+// ContextTimeoutEnabled is set, for a client that New cannot ask.
+//
+// By default New asks the client: a client with an Options method that
+// returns *redis.Options, *redis.ClusterOptions or *redis.RingOptions (the
+// go-redis clients, and a wrapper that embeds one) reports its
+// ContextTimeoutEnabled. Any other client (a wrapper that keeps the go-redis
+// client in a field of its own) is taken not to stop at deadlines, and the
+// store bounds each call itself: correct, but each call then costs a
+// goroutine, and a command abandoned at the deadline may still reach the
+// server (see the package documentation). Give WithContextTimeouts(true)
+// for such a wrapper when the client under it has ContextTimeoutEnabled;
+// WithContextTimeouts(false) makes the store bound calls itself whatever
+// the client says.
+func WithContextTimeouts(enabled bool) Option {
+	return func(c *config) error {
+		c.ctxTimeouts = &enabled
 		return nil
 	}
 }

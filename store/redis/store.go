@@ -55,10 +55,10 @@ var (
 
 // New returns a Store on client: a *redis.Client (standalone, or from
 // NewFailoverClient for Sentinel), a *redis.ClusterClient, or any other
-// UniversalClient. See the package documentation for the client options to
-// use. It returns an error naming every problem it finds: a nil client,
-// each invalid or nil option, and WithWaitReplicas with a client that
-// cannot pin a connection.
+// UniversalClient, such as an instrumentation wrapper. See the package
+// documentation for the client options to use. It returns an error naming
+// every problem it finds: a nil client, each invalid or nil option, and
+// WithWaitReplicas with a client that cannot pin a connection.
 func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 	cfg, err := newConfig(opts)
 	var errs []error
@@ -67,36 +67,63 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	if client == nil {
 		errs = append(errs, errors.New("idemkey: redis: nil client"))
-	} else if cfg.waitReplicas > 0 {
-		switch client.(type) {
-		case *goredis.Client, *goredis.ClusterClient:
-		default:
-			errs = append(errs, fmt.Errorf("idemkey: redis: WithWaitReplicas needs a *redis.Client or *redis.ClusterClient, not %T", client))
-		}
+	} else if cfg.waitReplicas > 0 && !canPin(client) {
+		errs = append(errs, fmt.Errorf("idemkey: redis: WithWaitReplicas needs a client that can pin a connection (Conn or MasterForKey), not %T", client))
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	ctxTimeouts := contextTimeouts(client)
+	if cfg.ctxTimeouts != nil {
+		ctxTimeouts = *cfg.ctxTimeouts
+	}
 	return &Store{
 		client:      client,
 		timeout:     cfg.callTimeout,
-		ctxTimeouts: contextTimeouts(client),
+		ctxTimeouts: ctxTimeouts,
 		wait:        cfg.waitReplicas,
 		waitTimeout: cfg.waitTimeout,
 		evictWarn:   cfg.evictionWarn,
 	}, nil
 }
 
-// contextTimeouts reports whether client stops socket reads and writes at
-// a context's deadline. Unknown client types are assumed not to.
+// contextTimeouts reports whether client says it stops socket reads and
+// writes at a context's deadline, through the Options method of the
+// go-redis clients (which a wrapper that embeds one has too). A client
+// that does not say is taken not to.
 func contextTimeouts(client goredis.UniversalClient) bool {
 	switch c := client.(type) {
-	case *goredis.Client:
+	case clientOptions:
 		return c.Options().ContextTimeoutEnabled
-	case *goredis.ClusterClient:
+	case clusterOptions:
 		return c.Options().ContextTimeoutEnabled
-	case *goredis.Ring:
+	case ringOptions:
 		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// The go-redis clients' Options methods, which tell ContextTimeoutEnabled.
+type (
+	clientOptions  interface{ Options() *goredis.Options }
+	clusterOptions interface {
+		Options() *goredis.ClusterOptions
+	}
+	ringOptions interface{ Options() *goredis.RingOptions }
+)
+
+// Clients that can give a connection of their own to the master of a key.
+type (
+	connPinner interface{ Conn() *goredis.Conn }
+	nodePinner interface {
+		MasterForKey(ctx context.Context, key string) (*goredis.Client, error)
+	}
+)
+
+func canPin(client goredis.UniversalClient) bool {
+	switch client.(type) {
+	case connPinner, nodePinner:
+		return true
 	}
 	return false
 }
@@ -302,9 +329,9 @@ func bounded(ctx context.Context, f func(context.Context) (any, error)) (any, er
 // that WAIT follows the claim on the connection that wrote it.
 func (s *Store) pin(ctx context.Context, key string) (*goredis.Conn, error) {
 	switch c := s.client.(type) {
-	case *goredis.Client:
+	case connPinner:
 		return c.Conn(), nil
-	case *goredis.ClusterClient:
+	case nodePinner:
 		ctx, cancel := context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 		node, err := c.MasterForKey(ctx, key)

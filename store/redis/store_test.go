@@ -379,7 +379,7 @@ func TestNew(t *testing.T) {
 		t.Errorf("Ring without WAIT refused: %v", err)
 	}
 	if _, err := redis.New(c, redis.WithCallTimeout(time.Second), redis.WithWaitReplicas(1, time.Second),
-		redis.WithEvictionWarning()); err != nil {
+		redis.WithEvictionWarning(), redis.WithContextTimeouts(true)); err != nil {
 		t.Errorf("valid options refused: %v", err)
 	}
 }
