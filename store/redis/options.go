@@ -32,10 +32,14 @@ func newConfig(opts []Option) (config, error) {
 
 // WithCallTimeout sets the time budget of every store call (Claim, Complete,
 // Release, Extend, and each step of Check): the call returns an error
-// wrapping store.ErrUnavailable once d has passed, however many times
-// go-redis retries and even when the server hangs. The caller's context
-// still applies when its deadline is sooner. Default DefaultCallTimeout
-// (300 ms); d must be positive.
+// wrapping store.ErrUnavailable once d has passed (at most 5 ms later: the
+// calls of a process share one timer per 5 ms slot instead of one each),
+// however many times go-redis retries and even when the server hangs. The
+// caller's context applies instead when its deadline is sooner, so a
+// caller that bounds a request's store calls with one deadline pays for no
+// timer at all. A call does not start when its context is already done;
+// once started, it ends at its answer or its budget. Default
+// DefaultCallTimeout (300 ms); d must be positive.
 //
 // Set ContextTimeoutEnabled in the go-redis options: then go-redis itself
 // stops at the deadline and closes the connection. Without it the store

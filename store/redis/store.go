@@ -293,8 +293,7 @@ func (s *Store) run(ctx context.Context, d time.Duration, sc goredis.Scripter, s
 	if err := ctx.Err(); err != nil {
 		return nil, err // send nothing for a caller who has gone
 	}
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
+	ctx = clock.budget(ctx, d)
 	keys := []string{key}
 	if s.ctxTimeouts {
 		return script.Run(ctx, sc, keys, args...).Result()
