@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemkey/idemkey/internal/redistest"
@@ -18,8 +17,8 @@ import (
 
 func TestConformanceMiniredis(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
-		mr := miniredis.RunT(t)
-		return storetest.Harness{Store: newStore(t, newClient(t, mr.Addr())), Advance: mr.FastForward}
+		mr := newMini(t)
+		return storetest.Harness{Store: mr.store(t), Advance: mr.FastForward}
 	})
 }
 

@@ -4,21 +4,26 @@
 //
 // Each idempotency key is one Redis string under the name store.KeyName
 // gives it, "idem:v1:{<64 hex>}". The braces are a Cluster hash tag, so
-// everything about a key lives in one slot. Every change is one Lua script
-// on that one key, checked against the caller's owner token, run with
-// EVALSHA and falling back to EVAL when the server has not cached it:
+// everything about a key lives in one slot. Every change is one command on
+// that one key:
 //
-//   - claim: claims a free key with the token and a life (PX), or answers
+//   - claim: SET key claim PX life NX GET (Redis 7.0 or later), which claims
+//     a free key with the caller's token and the claim's life, or answers
 //     with what holds it: the caller's own claim (Mine, after go-redis
-//     resent a claim whose reply was lost), another request's claim and its
-//     remaining life (InFlight), or the kept record (Completed);
-//   - complete: replaces the caller's claim with the record, kept for the
-//     retention window; the record keeps the caller's token, so a complete
-//     that go-redis resends after a lost reply finds its own record and
-//     counts as kept;
-//   - release: deletes the caller's claim; a key that holds nothing counts
-//     as released (a resent release, or a claim that lapsed);
-//   - extend: sets the remaining life of the caller's claim.
+//     resent a claim whose reply was lost), another request's claim, which
+//     carries its remaining life (InFlight), or the kept record (Completed).
+//     A plain command costs Redis about half the CPU of a script doing the
+//     same, and a replay, the common answer, is as cheap as a GET;
+//   - complete: a Lua script that replaces the caller's claim with the
+//     record, kept for the retention window; the record keeps the caller's
+//     token, so a complete that go-redis resends after a lost reply finds
+//     its own record and counts as kept;
+//   - release: a script that deletes the caller's claim; a key that holds
+//     nothing counts as released (a resent release, or a claim that lapsed);
+//   - extend: a script that sets the remaining life of the caller's claim.
+//
+// The scripts check the caller's owner token and run with EVALSHA, falling
+// back to EVAL when the server has not cached them.
 //
 // New applies its options in order (a later option overrides an earlier
 // one of the same kind) and returns one error that names every invalid
@@ -92,7 +97,11 @@
 // which does not wrap store.ErrUnavailable: the server answered, and a retry
 // finds the same value until it expires. The middleware answers it, like any
 // store error, with 503 and does not run the handler: the value may hold a
-// response. Roll a new format out to every instance before relying on it.
+// response. Roll a new format out to every instance before relying on it:
+// while instances of an earlier release run beside this one, they answer
+// 503 for keys this one claimed or kept (format version 2), and this one
+// reads theirs (version 1; an in-flight answer about such a claim costs a
+// second round trip, PTTL).
 //
 // # Server settings
 //
@@ -100,8 +109,10 @@
 // Redis evicts keys when memory runs short, claims included: a request whose
 // claim was evicted keeps running while a retry claims the key again and runs
 // the handler a second time. Under noeviction a full server refuses new
-// claims with OOM (503) and still serves replays of kept records. Check
-// refuses any other policy, or warns with WithEvictionWarning.
+// claims with OOM (503) and still serves replays of kept records and
+// in-flight answers: it refuses every SET, so the claim then reads the key
+// with GET, a second round trip while the server is full. Check refuses any
+// other policy, or warns with WithEvictionWarning.
 //
 // Persistence decides what a restart forgets. Without it (no AOF, no RDB
 // snapshots) a restarted server has no claims and no records: retries of

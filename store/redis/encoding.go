@@ -12,15 +12,20 @@ import (
 )
 
 // The stored value of a key starts with one tag byte: the high four bits are
-// the format version, the low four the kind. The claim script tells an
-// in-flight claim from a record by the kind alone (tag%16 == kindInFlight),
-// so every version keeps that rule. Integers are big-endian, times Unix
-// nanoseconds (0 for the zero time).
+// the format version, the low four the kind (1 in flight, 2 record). The
+// store tells a claim from a record by the kind alone, so every version
+// keeps that rule. Integers are big-endian, times Unix nanoseconds (0 for
+// the zero time).
 //
-//	in flight, v1: tag 0x11 | token length u8 | token | fingerprint [32] | created-at i64
+//	in flight, v2: tag 0x21 | token length u8 | token | fingerprint [32] |
+//	               created-at i64 | expires-at i64
 //	record, v2:    tag 0x22 | token length u8 | token | flags u8 | status u16 |
 //	               fingerprint [32] | created-at i64 | completed-at i64 |
 //	               header block length u32 | header block | body (every byte to the end)
+//
+// and, read but no longer written:
+//
+//	in flight, v1: tag 0x11 | token length u8 | token | fingerprint [32] | created-at i64
 //	record, v1:    tag 0x12 | flags u8 | status u16 | fingerprint [32] |
 //	               created-at i64 | completed-at i64 | header block length u32 |
 //	               header block | body
@@ -33,14 +38,18 @@ import (
 // compare that prefix to the caller's, so one comparison checks both what
 // the key holds and that the caller holds it: complete keeps a record only
 // over the caller's claim, and recognises the caller's own record (kept by
-// a first call whose reply was lost) as done. Version 1 records, written
-// before records kept their owner, are read but never written.
+// a first call whose reply was lost) as done.
+//
+// A claim carries its own expiry (the claimer's clock; extend rewrites it
+// with SETRANGE), so that the claim, a plain SET ... NX GET, learns how long
+// another request's claim has left from the value alone, with no PTTL.
 const (
 	kindInFlight = 0x1
 	kindRecord   = 0x2
 
 	tagInFlightV1 = 0x10 | kindInFlight
 	tagRecordV1   = 0x10 | kindRecord
+	tagInFlightV2 = 0x20 | kindInFlight
 	tagRecordV2   = 0x20 | kindRecord
 
 	flagBodyOmitted = 1 << 0
@@ -48,8 +57,10 @@ const (
 	// MaxTokenLen is the longest owner token the store accepts, in bytes.
 	MaxTokenLen = 255
 
-	inFlightFixed = 32 + 8                 // fingerprint, created-at after the owner
-	recordFixed   = 1 + 2 + 32 + 8 + 8 + 4 // flags up to the header block, after the owner
+	inFlightFixed   = 32 + 8 + 8             // fingerprint, created-at, expires-at after the owner
+	inFlightV1Fixed = 32 + 8                 // fingerprint, created-at after the owner
+	expiresOffset   = 32 + 8                 // of expires-at, after the owner
+	recordFixed     = 1 + 2 + 32 + 8 + 8 + 4 // flags up to the header block, after the owner
 )
 
 // ErrUnreadable reports a stored value this version cannot read: written by
@@ -63,7 +74,7 @@ var ErrUnreadable = errors.New("idemkey: redis: stored value in an unknown forma
 // with.
 func ownerPrefix(token string) []byte {
 	b := make([]byte, 0, 2+len(token))
-	return appendOwner(b, tagInFlightV1, token)
+	return appendOwner(b, tagInFlightV2, token)
 }
 
 func appendOwner(b []byte, tag byte, token string) []byte {
@@ -88,12 +99,18 @@ func checkToken(token string) error {
 	return nil
 }
 
-// encodeInFlight returns the value of a claim.
-func encodeInFlight(token string, fp [32]byte, created time.Time) []byte {
+// encodeInFlight returns the value of a claim, in the current format
+// (version 2).
+func encodeInFlight(token string, fp [32]byte, created, expires time.Time) []byte {
 	b := make([]byte, 0, 2+len(token)+inFlightFixed)
-	b = appendOwner(b, tagInFlightV1, token)
+	b = appendOwner(b, tagInFlightV2, token)
 	b = append(b, fp[:]...)
-	return binary.BigEndian.AppendUint64(b, uint64(unixNano(created)))
+	b = binary.BigEndian.AppendUint64(b, uint64(unixNano(created)))
+	return appendTime(b, expires)
+}
+
+func appendTime(b []byte, t time.Time) []byte {
+	return binary.BigEndian.AppendUint64(b, uint64(unixNano(t)))
 }
 
 // inFlight is a decoded claim.
@@ -101,21 +118,35 @@ type inFlight struct {
 	token       string
 	fingerprint [32]byte
 	created     time.Time
+	// expires is when the claim's life ends, on the claimer's clock; zero
+	// for a version 1 claim, which does not say.
+	expires time.Time
 }
 
-// decodeInFlight reads a claim's value.
+// decodeInFlight reads a claim's value, of either version.
 func decodeInFlight(v string) (inFlight, error) {
 	var f inFlight
-	if len(v) == 0 || v[0] != tagInFlightV1 {
+	var fixed int
+	switch {
+	case len(v) == 0:
+		return f, unreadable(v)
+	case v[0] == tagInFlightV2:
+		fixed = inFlightFixed
+	case v[0] == tagInFlightV1:
+		fixed = inFlightV1Fixed
+	default:
 		return f, unreadable(v)
 	}
 	token, rest, ok := cutOwner(v)
-	if !ok || len(rest) != inFlightFixed {
+	if !ok || len(rest) != fixed {
 		return f, fmt.Errorf("%w: claim of %d bytes", ErrUnreadable, len(v))
 	}
 	f.token = token
 	copy(f.fingerprint[:], rest[:32])
 	f.created = fromUnixNano(int64(be64(rest[32:])))
+	if fixed == inFlightFixed {
+		f.expires = fromUnixNano(int64(be64(rest[expiresOffset:])))
+	}
 	return f, nil
 }
 

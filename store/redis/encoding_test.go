@@ -204,27 +204,77 @@ func v1Record(t testing.TB) []byte {
 func TestInFlightRoundTrip(t *testing.T) {
 	fp := [32]byte{9, 8, 7}
 	created := time.Unix(1767225600, 5)
-	v := encodeInFlight("tok-123", fp, created)
-	if !bytes.HasPrefix(v, ownerPrefix("tok-123")) {
+	expires := created.Add(35 * time.Second)
+	v := encodeInFlight("tok-123", fp, created, expires)
+	if v[0] != tagInFlightV2 || !bytes.HasPrefix(v, ownerPrefix("tok-123")) {
 		t.Fatalf("value %x does not open with its owner", v)
 	}
 	f, err := decodeInFlight(string(v))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.token != "tok-123" || f.fingerprint != fp || !f.created.Equal(created) {
+	if f.token != "tok-123" || f.fingerprint != fp || !f.created.Equal(created) || !f.expires.Equal(expires) {
 		t.Errorf("decoded %+v", f)
 	}
+	// extend.lua rewrites expires-at 40 bytes after the owner.
+	p := ownerPrefix("tok-123")
+	later := expires.Add(time.Minute)
+	copy(v[len(p)+40:], appendTime(nil, later))
+	if f, err := decodeInFlight(string(v)); err != nil || !f.expires.Equal(later) || !f.created.Equal(created) {
+		t.Errorf("after rewriting expires-at: %+v, %v", f, err)
+	}
 	// A longer token that starts with the same bytes is another owner.
-	if bytes.HasPrefix(v, ownerPrefix("tok-1234")) || bytes.HasPrefix(encodeInFlight("tok-1234", fp, created), ownerPrefix("tok-123")) {
+	if bytes.HasPrefix(v, ownerPrefix("tok-1234")) || bytes.HasPrefix(encodeInFlight("tok-1234", fp, created, expires), ownerPrefix("tok-123")) {
 		t.Error("owner prefixes of tok-123 and tok-1234 overlap")
+	}
+}
+
+// v1Claim returns a claim in the version 1 layout, which earlier releases
+// wrote: tag 0x11, the owner, fingerprint and created-at, no expiry.
+func v1Claim(token string, fp [32]byte, created time.Time) []byte {
+	b := appendOwner(nil, tagInFlightV1, token)
+	b = append(b, fp[:]...)
+	return appendTime(b, created)
+}
+
+// TestClaimGolden pins the claim layouts: version 2, which this version
+// writes, and version 1, which claims of earlier releases still hold while
+// they run. Regenerate claim-v2.hex (IDEMKEY_WRITE_GOLDEN=1) only for a new
+// version tag; never claim-v1.hex.
+func TestClaimGolden(t *testing.T) {
+	fp := sampleRecord().Fingerprint
+	created := time.Unix(1767225600, 123456789)
+	expires := created.Add(35 * time.Second)
+	for _, c := range []struct {
+		path    string
+		b       []byte
+		expires time.Time
+	}{
+		{"testdata/claim-v1.hex", v1Claim(goldenToken, fp, created), time.Time{}},
+		{"testdata/claim-v2.hex", encodeInFlight(goldenToken, fp, created, expires), expires},
+	} {
+		golden := readGolden(t, c.path, c.b)
+		if !bytes.Equal(c.b, golden) {
+			t.Errorf("%s: encoding changed:\n got %x\nwant %x", c.path, c.b, golden)
+		}
+		f, err := decodeInFlight(string(golden))
+		if err != nil {
+			t.Fatalf("%s: %v", c.path, err)
+		}
+		if f.token != goldenToken || f.fingerprint != fp || !f.created.Equal(created) || !f.expires.Equal(c.expires) {
+			t.Errorf("%s: decoded %+v", c.path, f)
+		}
+		if st, err := StateOf(string(golden[:1])); err != nil || st != store.InFlight {
+			t.Errorf("%s: StateOf = %v, %v", c.path, st, err)
+		}
 	}
 }
 
 func TestDecodeRejects(t *testing.T) {
 	rec, _ := encodeRecord(sampleRecord(), "tok")
 	v1 := v1Record(t)
-	fl := encodeInFlight("tok", [32]byte{}, time.Time{})
+	fl := encodeInFlight("tok", [32]byte{}, time.Time{}, time.Time{})
+	fl1 := v1Claim("tok", [32]byte{}, time.Time{})
 	type input struct {
 		v        string
 		inFlight bool
@@ -240,6 +290,9 @@ func TestDecodeRejects(t *testing.T) {
 		"empty claim":           {"", true},
 		"future claim version":  {"\x31" + string(fl[1:]), true},
 		"claim too long":        {string(fl) + "x", true},
+		"v1 claim too long":     {string(fl1) + "x", true},
+		"v1 claim as v2":        {"\x21" + string(fl1[1:]), true},
+		"v2 claim as v1":        {"\x11" + string(fl[1:]), true},
 		"record as claim":       {string(rec), true},
 		"v1 record as claim":    {string(v1), true},
 	}
@@ -251,6 +304,9 @@ func TestDecodeRejects(t *testing.T) {
 	}
 	for i := 1; i < len(fl); i++ {
 		cases["claim cut at "+strconv.Itoa(i)] = input{string(fl[:i]), true}
+	}
+	for i := 1; i < len(fl1); i++ {
+		cases["v1 claim cut at "+strconv.Itoa(i)] = input{string(fl1[:i]), true}
 	}
 	for name, c := range cases {
 		var err error
@@ -295,7 +351,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(full)
 	f.Add(min)
 	f.Add(v1Record(f))
-	f.Add(encodeInFlight("tok", [32]byte{1}, time.Unix(1, 0)))
+	f.Add(encodeInFlight("tok", [32]byte{1}, time.Unix(1, 0), time.Unix(2, 0)))
 	f.Add([]byte{})
 	f.Add([]byte{tagRecordV1})
 	f.Add([]byte{tagRecordV2, 0})
@@ -328,12 +384,15 @@ func FuzzDecodeRecord(f *testing.F) {
 	})
 }
 
-// FuzzDecodeInFlight: no input panics the claim decoder, and an accepted
-// claim re-encodes to the same bytes.
+// FuzzDecodeInFlight: no input panics the claim decoder, an accepted claim
+// re-encodes to the same bytes (version 2) or fields (version 1), and the
+// record decoder refuses it.
 func FuzzDecodeInFlight(f *testing.F) {
-	f.Add(encodeInFlight("tok", [32]byte{1}, time.Unix(1, 0)))
-	f.Add(encodeInFlight(strings.Repeat("t", MaxTokenLen), [32]byte{}, time.Time{}))
+	f.Add(encodeInFlight("tok", [32]byte{1}, time.Unix(1, 0), time.Unix(2, 0)))
+	f.Add(encodeInFlight(strings.Repeat("t", MaxTokenLen), [32]byte{}, time.Time{}, time.Time{}))
+	f.Add(v1Claim("tok", [32]byte{1}, time.Unix(1, 0)))
 	f.Add([]byte{tagInFlightV1, 200})
+	f.Add([]byte{tagInFlightV2, 200})
 	f.Add(v1Record(f))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := decodeInFlight(string(b))
@@ -343,7 +402,16 @@ func FuzzDecodeInFlight(f *testing.F) {
 			}
 			return
 		}
-		if got := encodeInFlight(c.token, c.fingerprint, c.created); !bytes.Equal(got, b) {
+		if _, _, err := decodeRecord(string(b)); err == nil {
+			t.Fatalf("%x reads both as a claim and as a record", b)
+		}
+		var got []byte
+		if b[0] == tagInFlightV1 {
+			got = v1Claim(c.token, c.fingerprint, c.created)
+		} else {
+			got = encodeInFlight(c.token, c.fingerprint, c.created, c.expires)
+		}
+		if !bytes.Equal(got, b) {
 			t.Fatalf("re-encoded %x, want %x", got, b)
 		}
 	})

@@ -271,14 +271,15 @@ func TestFaultMaxmemory(t *testing.T) {
 func TestFaultLostClaimReply(t *testing.T) {
 	addr := redistest.Start(t)
 	for _, retries := range []int{3, -1} {
-		p := newDropProxy(t, addr, "evalsha")
+		// The marker is in the claim's token.
+		p := newDropProxy(t, addr, "lost-reply")
 		c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: retries})
 		t.Cleanup(func() { c.Close() })
 		st := newStore(t, c)
-		mustClaim(t, st, newKey(), newClaim(1), store.Claimed) // load the script
 		outcomes := make(map[string]int)
 		for range 10 {
 			key, a := newKey(), newClaim(1)
+			a.Token = "lost-reply-" + randomHex(8)
 			p.DropNextReply()
 			res, err := st.Claim(context.Background(), key, a)
 			if p.Dropped() == 0 {

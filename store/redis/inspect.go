@@ -58,7 +58,7 @@ func StateOf(prefix string) (store.State, error) {
 		return 0, fmt.Errorf("%w: empty value", ErrUnreadable)
 	}
 	switch prefix[0] {
-	case tagInFlightV1:
+	case tagInFlightV1, tagInFlightV2:
 		return store.InFlight, nil
 	case tagRecordV1, tagRecordV2:
 		return store.Completed, nil

@@ -12,12 +12,11 @@ import (
 	"github.com/idemkey/idemkey/store"
 )
 
-// The scripts that change a key. Each touches KEYS[1] alone and runs with
-// EVALSHA, falling back to EVAL when the server does not have it cached (a
-// restart, a failover, a new cluster node), so nothing is loaded ahead.
+// The scripts that change a key after its claim. Each touches KEYS[1] alone
+// and runs with EVALSHA, falling back to EVAL when the server does not have
+// it cached (a restart, a failover, a new cluster node), so nothing is
+// loaded ahead. The claim itself is a plain SET ... NX GET.
 var (
-	//go:embed claim.lua
-	claimSource string
 	//go:embed complete.lua
 	completeSource string
 	//go:embed release.lua
@@ -25,11 +24,15 @@ var (
 	//go:embed extend.lua
 	extendSource string
 
-	claimScript    = goredis.NewScript(claimSource)
-	completeScript = goredis.NewScript(completeSource)
-	releaseScript  = goredis.NewScript(releaseSource)
-	extendScript   = goredis.NewScript(extendSource)
+	completeScript = newScript(completeSource)
+	releaseScript  = newScript(releaseSource)
+	extendScript   = newScript(extendSource)
 )
+
+// script is a Lua script and its SHA-1, as EVALSHA names it.
+type script struct{ src, sha string }
+
+func newScript(src string) script { return script{src: src, sha: goredis.NewScript(src).Hash()} }
 
 // ErrNotReplicated reports that fewer replicas than WithWaitReplicas asks
 // for acknowledged a claim in time. Claim returns it wrapped together with
@@ -41,6 +44,7 @@ var ErrNotReplicated = errors.New("idemkey: redis: claim not acknowledged by eno
 // closes it; Store has no Close.
 type Store struct {
 	client      goredis.UniversalClient
+	now         func() time.Time // stamps claims; tests move it with the server's clock
 	timeout     time.Duration
 	ctxTimeouts bool // go-redis stops socket reads at the context's deadline
 	wait        int
@@ -79,6 +83,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	return &Store{
 		client:      client,
+		now:         time.Now,
 		timeout:     cfg.callTimeout,
 		ctxTimeouts: ctxTimeouts,
 		wait:        cfg.waitReplicas,
@@ -130,9 +135,16 @@ func canPin(client goredis.UniversalClient) bool {
 
 // Claim claims key for c.Token with a life of c.TTL, or reports what holds
 // it, in one round trip (two in the WithWaitReplicas mode, when the claim
-// is made). Backend failures wrap store.ErrUnavailable; a value this
-// version cannot read is ErrUnreadable. c.TTL is rounded up to whole
-// milliseconds and must be positive; c.Token must be 1 to MaxTokenLen bytes.
+// is made): SET key claim PX ttl NX GET, which answers nil when it claimed
+// the key and otherwise the value that holds it. Backend failures wrap
+// store.ErrUnavailable; a value this version cannot read is ErrUnreadable.
+// c.TTL is rounded up to whole milliseconds and must be positive; c.Token
+// must be 1 to MaxTokenLen bytes.
+//
+// A server out of memory (maxmemory under noeviction) refuses every SET,
+// one that would not write included: Claim then reads the key with GET, so
+// that a key which holds a record or a claim is still answered, and a free
+// key gets the OOM error.
 func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Result, error) {
 	if err := checkToken(c.Token); err != nil {
 		return store.Result{}, err
@@ -141,25 +153,41 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	if err != nil {
 		return store.Result{}, err
 	}
-	val := encodeInFlight(c.Token, c.Fingerprint, time.Now())
-	var sc goredis.Scripter = s.client
-	var conn *goredis.Conn
+	if err := ctx.Err(); err != nil {
+		return store.Result{}, unavailable("claim", err) // send nothing for a caller who has gone
+	}
+	var p processor = s.client
 	if s.wait > 0 {
-		if conn, err = s.pin(ctx, key); err != nil {
+		conn, err := s.pin(ctx, key)
+		if err != nil {
 			return store.Result{}, unavailable("claim", err)
 		}
 		defer conn.Close()
-		sc = conn
+		p = conn
 	}
-	reply, err := s.run(ctx, s.timeout, sc, claimScript, key, val, 2+len(c.Token), ttl)
-	if err != nil {
+	now := s.now()
+	val := encodeInFlight(c.Token, c.Fingerprint, now, now.Add(time.Duration(ttl)*time.Millisecond))
+	bctx := clock.budget(ctx, s.timeout)
+	cmd := goredis.NewStringCmd(bctx, "set", key, val, "px", ttl, "nx", "get")
+	err = s.exec(bctx, p, cmd)
+	if err != nil && err != goredis.Nil && goredis.HasErrorPrefix(err, "OOM") {
+		get := goredis.NewStringCmd(bctx, "get", key)
+		if gerr := s.exec(bctx, p, get); gerr == nil {
+			cmd, err = get, nil // the key holds a value: answer from it
+		}
+	}
+	var res store.Result
+	switch {
+	case err == goredis.Nil:
+		res = store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}
+	case err != nil:
 		return store.Result{}, unavailable("claim", err)
+	default:
+		if res, err = s.held(bctx, p, key, cmd.Val(), c.Token, now); err != nil {
+			return store.Result{}, fmt.Errorf("idemkey: redis: claim: %w", err)
+		}
 	}
-	res, err := claimResult(reply, c)
-	if err != nil {
-		return store.Result{}, fmt.Errorf("idemkey: redis: claim: %w", err)
-	}
-	if conn != nil && (res.State == store.Claimed || res.State == store.Mine) {
+	if conn, ok := p.(*goredis.Conn); ok && (res.State == store.Claimed || res.State == store.Mine) {
 		if err := s.waitReplicas(ctx, conn, key, c.Token); err != nil {
 			return store.Result{}, err
 		}
@@ -167,43 +195,40 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	return res, nil
 }
 
-// claimResult reads the claim script's reply.
-func claimResult(reply any, c store.Claim) (store.Result, error) {
-	switch r := reply.(type) {
-	case int64:
-		switch r {
-		case 1:
-			return store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}, nil
-		case 2:
-			return store.Result{State: store.Mine, Fingerprint: c.Fingerprint}, nil
-		}
-	case string:
-		rec, _, err := decodeRecord(r)
+// held reads the value a claim found on key: a record, the caller's own
+// claim (a claim resent after its reply was lost finds what it wrote), or
+// another request's claim. now is the caller's clock when it claimed.
+func (s *Store) held(ctx context.Context, p processor, key, v, token string, now time.Time) (store.Result, error) {
+	if len(v) > 0 && v[0]%16 == kindRecord {
+		rec, _, err := decodeRecord(v)
 		if err != nil {
 			return store.Result{}, err
 		}
 		return store.Result{State: store.Completed, Fingerprint: rec.Fingerprint, Record: rec}, nil
-	case []any:
-		if len(r) != 2 {
-			break
-		}
-		pttl, ok1 := r[0].(int64)
-		v, ok2 := r[1].(string)
-		if !ok1 || !ok2 {
-			break
-		}
-		f, err := decodeInFlight(v)
-		if err != nil {
-			return store.Result{}, err
-		}
-		return store.Result{
-			State:       store.InFlight,
-			Fingerprint: f.fingerprint,
-			TTL:         time.Duration(max(pttl, 0)) * time.Millisecond,
-			ClaimedAt:   f.created,
-		}, nil
 	}
-	return store.Result{}, fmt.Errorf("%w: claim reply %T %v", ErrUnreadable, reply, reply)
+	f, err := decodeInFlight(v)
+	if err != nil {
+		return store.Result{}, err
+	}
+	if f.token == token {
+		return store.Result{State: store.Mine, Fingerprint: f.fingerprint}, nil
+	}
+	res := store.Result{State: store.InFlight, Fingerprint: f.fingerprint, ClaimedAt: f.created}
+	if f.expires.IsZero() {
+		// A version 1 claim does not carry its expiry: ask the server.
+		cmd := goredis.NewIntCmd(ctx, "pttl", key)
+		if err := s.exec(ctx, p, cmd); err != nil {
+			return store.Result{}, unavailable("claim", err)
+		}
+		res.TTL = time.Duration(max(cmd.Val(), 1)) * time.Millisecond
+		return res, nil
+	}
+	// The claim's life as the claimer's clock sees it, in whole
+	// milliseconds as PTTL would say: at least one (the key is there), at
+	// most its whole life.
+	ttl := (f.expires.Sub(now) + time.Millisecond - 1).Truncate(time.Millisecond)
+	res.TTL = min(max(ttl, time.Millisecond), f.expires.Sub(f.created))
+	return res, nil
 }
 
 // Complete replaces the claim held by token with rec, kept for retention
@@ -228,7 +253,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	if err != nil {
 		return err
 	}
-	reply, err := s.run(ctx, s.timeout, s.client, completeScript, key, ownerPrefix(token), val, ms)
+	reply, err := s.run(ctx, completeScript, key, ownerPrefix(token), val, ms)
 	return ownerResult("complete", reply, err)
 }
 
@@ -241,7 +266,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkToken(token); err != nil {
 		return err
 	}
-	reply, err := s.run(ctx, s.timeout, s.client, releaseScript, key, ownerPrefix(token))
+	reply, err := s.run(ctx, releaseScript, key, ownerPrefix(token))
 	return ownerResult("release", reply, err)
 }
 
@@ -257,7 +282,8 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	if err != nil {
 		return err
 	}
-	reply, err := s.run(ctx, s.timeout, s.client, extendScript, key, ownerPrefix(token), ms)
+	expires := appendTime(nil, s.now().Add(time.Duration(ms)*time.Millisecond))
+	reply, err := s.run(ctx, extendScript, key, ownerPrefix(token), ms, expires)
 	return ownerResult("extend", reply, err)
 }
 
@@ -288,19 +314,54 @@ func millis(what string, d time.Duration) (int64, error) {
 	return int64((d + time.Millisecond - 1) / time.Millisecond), nil
 }
 
-// run runs script on key within budget d.
-func (s *Store) run(ctx context.Context, d time.Duration, sc goredis.Scripter, script *goredis.Script, key string, args ...any) (any, error) {
+// processor sends a command: the client, or a connection pinned for WAIT.
+type processor interface {
+	Process(ctx context.Context, cmd goredis.Cmder) error
+}
+
+// run runs sc on key with args, within the call budget: EVALSHA, and EVAL
+// when the server does not have the script cached.
+func (s *Store) run(ctx context.Context, sc script, key string, args ...any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // send nothing for a caller who has gone
 	}
-	ctx = clock.budget(ctx, d)
-	keys := []string{key}
-	if s.ctxTimeouts {
-		return script.Run(ctx, sc, keys, args...).Result()
+	ctx = clock.budget(ctx, s.timeout)
+	cmd := evalCmd(ctx, "evalsha", sc.sha, key, args)
+	err := s.exec(ctx, s.client, cmd)
+	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = evalCmd(ctx, "eval", sc.src, key, args)
+		err = s.exec(ctx, s.client, cmd)
 	}
-	return bounded(ctx, func(ctx context.Context) (any, error) {
-		return script.Run(ctx, sc, keys, args...).Result()
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Val(), nil
+}
+
+// evalCmd returns the command that runs a script (name is "eval" or
+// "evalsha") on key, which go-redis routes by key in a cluster.
+func evalCmd(ctx context.Context, name, script, key string, args []any) *goredis.Cmd {
+	a := make([]any, 0, 4+len(args))
+	a = append(a, name, script, 1, key)
+	a = append(a, args...)
+	cmd := goredis.NewCmd(ctx, a...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// exec sends cmd through p and returns its error once it is answered or
+// ctx (a call's budget) is done, whichever comes first. After an error of
+// ctx, cmd may still be in flight: do not read it.
+func (s *Store) exec(ctx context.Context, p processor, cmd goredis.Cmder) error {
+	if s.ctxTimeouts {
+		p.Process(ctx, cmd)
+		return cmd.Err()
+	}
+	_, err := bounded(ctx, func(ctx context.Context) (any, error) {
+		p.Process(ctx, cmd)
+		return nil, cmd.Err()
 	})
+	return err
 }
 
 // bounded runs f and returns its answer, or ctx's error as soon as ctx is

@@ -3,10 +3,12 @@ package redis_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,11 +49,34 @@ func newStore(t testing.TB, c goredis.UniversalClient, opts ...redis.Option) *re
 	return st
 }
 
-// miniStore returns a store on a fresh miniredis.
-func miniStore(t *testing.T, opts ...redis.Option) (*redis.Store, *miniredis.Miniredis) {
+// mini is a miniredis whose FastForward also moves the clock of the stores
+// on it (see miniStore): claims carry their expiry on the claimer's clock.
+type mini struct {
+	*miniredis.Miniredis
+	offset atomic.Int64
+}
+
+func newMini(t *testing.T) *mini { return &mini{Miniredis: miniredis.RunT(t)} }
+
+func (m *mini) FastForward(d time.Duration) {
+	m.Miniredis.FastForward(d)
+	m.offset.Add(int64(d))
+}
+
+func (m *mini) now() time.Time { return time.Now().Add(time.Duration(m.offset.Load())) }
+
+// store returns a store on m whose clock moves with m's.
+func (m *mini) store(t testing.TB, opts ...redis.Option) *redis.Store {
+	st := newStore(t, newClient(t, m.Addr()), opts...)
+	redis.SetClock(st, m.now)
+	return st
+}
+
+// miniStore returns a store on a fresh miniredis, with one clock.
+func miniStore(t *testing.T, opts ...redis.Option) (*redis.Store, *mini) {
 	t.Helper()
-	mr := miniredis.RunT(t)
-	return newStore(t, newClient(t, mr.Addr()), opts...), mr
+	mr := newMini(t)
+	return mr.store(t, opts...), mr
 }
 
 func randomHex(n int) string {
@@ -402,4 +427,50 @@ func TestNewReportsEveryProblem(t *testing.T) {
 		}
 	}
 	t.Logf("New: %v", err)
+}
+
+// TestClaimFindsV1Claim: a claim written by an earlier release (version 1,
+// which does not carry its expiry) is reported in flight, its remaining
+// life asked of the server.
+func TestClaimFindsV1Claim(t *testing.T) {
+	st, mr := miniStore(t)
+	key := newKey()
+	created := time.Unix(1767225600, 0)
+	// tag, owner, fingerprint {7, 0, ...}, created-at
+	b := []byte{0x11, 3, 'o', 'l', 'd', 7}
+	b = append(b, make([]byte, 31)...)
+	b = binary.BigEndian.AppendUint64(b, uint64(created.UnixNano()))
+	mr.Set(key, string(b))
+	mr.SetTTL(key, 20*time.Second)
+	res := mustClaim(t, st, key, newClaim(1), store.InFlight)
+	if res.Fingerprint != [32]byte{7} || !res.ClaimedAt.Equal(created) || res.TTL != 20*time.Second {
+		t.Errorf("v1 claim found as %+v, want fingerprint 07.., claimed at %v, 20s left", res, created)
+	}
+	// Its owner's token is an earlier release's: no caller of this one
+	// can complete or release it.
+	if err := st.Complete(context.Background(), key, "old", record("x", 7), time.Hour); !errors.Is(err, store.ErrNotOwner) {
+		t.Errorf("complete of a v1 claim: %v, want ErrNotOwner", err)
+	}
+}
+
+// TestExtendMovesExpiry: the remaining life an in-flight answer reports
+// comes from the claim's value, which Extend rewrites with the key's TTL.
+func TestExtendMovesExpiry(t *testing.T) {
+	st, mr := miniStore(t)
+	ctx := context.Background()
+	key, a := newKey(), newClaim(1)
+	mustClaim(t, st, key, a, store.Claimed)
+	for _, life := range []time.Duration{time.Hour, 2 * time.Second} {
+		if err := st.Extend(ctx, key, a.Token, life); err != nil {
+			t.Fatal(err)
+		}
+		mr.FastForward(time.Second)
+		res := mustClaim(t, st, key, newClaim(2), store.InFlight)
+		// The store's clock also moves with real time, which miniredis's
+		// TTLs do not: allow for the time the test itself takes.
+		want := life - time.Second
+		if res.TTL > want || res.TTL < want-time.Second || mr.TTL(key) != want {
+			t.Errorf("extended to %v, a second later: reported %v, key's TTL %v; want %v", life, res.TTL, mr.TTL(key), want)
+		}
+	}
 }
