@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkey/idemkey/internal/redistest"
 	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/redis"
 	"github.com/idemkey/idemkey/store/storetest"
 )
 
@@ -26,6 +27,35 @@ func TestConformanceRedis(t *testing.T) {
 	st := newStore(t, newClient(t, redistest.Start(t)))
 	storetest.Run(t, func(*testing.T) storetest.Harness {
 		return storetest.Harness{Store: st}
+	})
+}
+
+// TestConformanceAutoPipeline runs the suite with WithAutoPipeline, on
+// miniredis, a redis-server and a Cluster.
+func TestConformanceAutoPipeline(t *testing.T) {
+	t.Run("Miniredis", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) storetest.Harness {
+			mr := newMini(t)
+			return storetest.Harness{Store: mr.store(t, redis.WithAutoPipeline()), Advance: mr.FastForward}
+		})
+	})
+	t.Run("Redis", func(t *testing.T) {
+		st := newStore(t, newClient(t, redistest.Start(t)), redis.WithAutoPipeline())
+		storetest.Run(t, func(*testing.T) storetest.Harness {
+			return storetest.Harness{Store: st}
+		})
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		c := goredis.NewClusterClient(&goredis.ClusterOptions{
+			Addrs:                 sharedCluster(t).Addrs(),
+			ContextTimeoutEnabled: true,
+			PoolSize:              64,
+		})
+		t.Cleanup(func() { c.Close() })
+		st := newStore(t, c, redis.WithAutoPipeline())
+		storetest.Run(t, func(*testing.T) storetest.Harness {
+			return storetest.Harness{Store: st}
+		})
 	})
 }
 

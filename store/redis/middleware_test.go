@@ -34,17 +34,21 @@ func orderHandler(runs *atomic.Int64) http.Handler {
 }
 
 func TestMiddlewareExactlyOnce(t *testing.T) {
-	for _, backend := range []string{"standalone", "cluster"} {
-		t.Run(backend, func(t *testing.T) {
-			var c goredis.UniversalClient
+	for _, run := range []struct {
+		backend string
+		cfg     clientConfig
+	}{{"standalone", recommended}, {"cluster", recommended}, {"standalone", pipelined}, {"cluster", pipelined}} {
+		backend, cfg := run.backend, run.cfg
+		t.Run(backend+"/"+cfg.name, func(t *testing.T) {
+			var rc goredis.UniversalClient
 			if backend == "cluster" {
 				cl := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: sharedCluster(t).Addrs(), ContextTimeoutEnabled: true, PoolSize: 64})
 				t.Cleanup(func() { cl.Close() })
-				c = cl
+				rc = cl
 			} else {
-				c = newClient(t, redistest.Start(t))
+				rc = newClient(t, redistest.Start(t))
 			}
-			m, err := middleware.New(newStore(t, c))
+			m, err := middleware.New(newStore(t, rc, cfg.options()...))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +99,7 @@ func TestMiddlewareExactlyOnce(t *testing.T) {
 
 func TestMiddlewareRedisDown(t *testing.T) {
 	srv := redistest.StartServer(t)
-	st, _ := faultStore(t, srv.Addr, true)
+	st, _ := faultStore(t, srv.Addr, recommended)
 	m, err := middleware.New(st)
 	if err != nil {
 		t.Fatal(err)

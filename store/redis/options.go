@@ -22,7 +22,8 @@ type config struct {
 	waitTimeout  time.Duration
 	evictionWarn bool
 	// ctxTimeouts, when not nil, is what WithContextTimeouts said.
-	ctxTimeouts *bool
+	ctxTimeouts  *bool
+	autoPipeline bool
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -119,6 +120,25 @@ func WithEvictionWarning() Option {
 func WithContextTimeouts(enabled bool) Option {
 	return func(c *config) error {
 		c.ctxTimeouts = &enabled
+		return nil
+	}
+}
+
+// WithAutoPipeline sends the store's commands through the client's
+// automatic pipeliner (go-redis's AsyncAutoPipeline, which New asks the
+// client for): the commands of concurrent requests go out together, in one
+// write and one read per batch instead of one each, which saves both the
+// service and Redis most of the system calls of a round trip. Off by
+// default: see the package documentation ("Automatic pipelining") for what
+// it costs and what changes. The client must support it (a *redis.Client,
+// including a Sentinel failover client, or a *redis.ClusterClient; not a
+// *redis.Ring), which New checks.
+//
+// go-redis marks automatic pipelining experimental: its API may change in a
+// later go-redis release.
+func WithAutoPipeline() Option {
+	return func(c *config) error {
+		c.autoPipeline = true
 		return nil
 	}
 }

@@ -44,7 +44,8 @@ var ErrNotReplicated = errors.New("idemkey: redis: claim not acknowledged by eno
 // closes it; Store has no Close.
 type Store struct {
 	client      goredis.UniversalClient
-	now         func() time.Time // stamps claims; tests move it with the server's clock
+	ap          *goredis.AutoPipeliner // WithAutoPipeline: the client's shared, deferred face
+	now         func() time.Time       // stamps claims; tests move it with the server's clock
 	timeout     time.Duration
 	ctxTimeouts bool // go-redis stops socket reads at the context's deadline
 	wait        int
@@ -74,6 +75,12 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 	} else if cfg.waitReplicas > 0 && !canPin(client) {
 		errs = append(errs, fmt.Errorf("idemkey: redis: WithWaitReplicas needs a client that can pin a connection (Conn or MasterForKey), not %T", client))
 	}
+	var ap *goredis.AutoPipeliner
+	if client != nil && cfg.autoPipeline {
+		if ap, err = client.AsyncAutoPipeline(); err != nil {
+			errs = append(errs, fmt.Errorf("idemkey: redis: WithAutoPipeline: the client cannot pipeline automatically: %w", err))
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -83,6 +90,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	return &Store{
 		client:      client,
+		ap:          ap,
 		now:         time.Now,
 		timeout:     cfg.callTimeout,
 		ctxTimeouts: ctxTimeouts,
@@ -156,23 +164,21 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	if err := ctx.Err(); err != nil {
 		return store.Result{}, unavailable("claim", err) // send nothing for a caller who has gone
 	}
-	var p processor = s.client
+	var conn *goredis.Conn
 	if s.wait > 0 {
-		conn, err := s.pin(ctx, key)
-		if err != nil {
+		if conn, err = s.pin(ctx, key); err != nil {
 			return store.Result{}, unavailable("claim", err)
 		}
 		defer conn.Close()
-		p = conn
 	}
 	now := s.now()
 	val := encodeInFlight(c.Token, c.Fingerprint, now, now.Add(time.Duration(ttl)*time.Millisecond))
 	bctx := clock.budget(ctx, s.timeout)
 	cmd := goredis.NewStringCmd(bctx, "set", key, val, "px", ttl, "nx", "get")
-	err = s.exec(bctx, p, cmd)
+	err = s.exec(bctx, conn, cmd)
 	if err != nil && err != goredis.Nil && goredis.HasErrorPrefix(err, "OOM") {
 		get := goredis.NewStringCmd(bctx, "get", key)
-		if gerr := s.exec(bctx, p, get); gerr == nil {
+		if gerr := s.exec(bctx, conn, get); gerr == nil {
 			cmd, err = get, nil // the key holds a value: answer from it
 		}
 	}
@@ -183,11 +189,11 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	case err != nil:
 		return store.Result{}, unavailable("claim", err)
 	default:
-		if res, err = s.held(bctx, p, key, cmd.Val(), c.Token, now); err != nil {
+		if res, err = s.held(bctx, conn, key, cmd.Val(), c.Token, now); err != nil {
 			return store.Result{}, fmt.Errorf("idemkey: redis: claim: %w", err)
 		}
 	}
-	if conn, ok := p.(*goredis.Conn); ok && (res.State == store.Claimed || res.State == store.Mine) {
+	if conn != nil && (res.State == store.Claimed || res.State == store.Mine) {
 		if err := s.waitReplicas(ctx, conn, key, c.Token); err != nil {
 			return store.Result{}, err
 		}
@@ -198,7 +204,7 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 // held reads the value a claim found on key: a record, the caller's own
 // claim (a claim resent after its reply was lost finds what it wrote), or
 // another request's claim. now is the caller's clock when it claimed.
-func (s *Store) held(ctx context.Context, p processor, key, v, token string, now time.Time) (store.Result, error) {
+func (s *Store) held(ctx context.Context, conn *goredis.Conn, key, v, token string, now time.Time) (store.Result, error) {
 	if len(v) > 0 && v[0]%16 == kindRecord {
 		rec, _, err := decodeRecord(v)
 		if err != nil {
@@ -217,7 +223,7 @@ func (s *Store) held(ctx context.Context, p processor, key, v, token string, now
 	if f.expires.IsZero() {
 		// A version 1 claim does not carry its expiry: ask the server.
 		cmd := goredis.NewIntCmd(ctx, "pttl", key)
-		if err := s.exec(ctx, p, cmd); err != nil {
+		if err := s.exec(ctx, conn, cmd); err != nil {
 			return store.Result{}, unavailable("claim", err)
 		}
 		res.TTL = time.Duration(max(cmd.Val(), 1)) * time.Millisecond
@@ -327,10 +333,10 @@ func (s *Store) run(ctx context.Context, sc script, key string, args ...any) (an
 	}
 	ctx = clock.budget(ctx, s.timeout)
 	cmd := evalCmd(ctx, "evalsha", sc.sha, key, args)
-	err := s.exec(ctx, s.client, cmd)
+	err := s.exec(ctx, nil, cmd)
 	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmd = evalCmd(ctx, "eval", sc.src, key, args)
-		err = s.exec(ctx, s.client, cmd)
+		err = s.exec(ctx, nil, cmd)
 	}
 	if err != nil {
 		return nil, err
@@ -349,10 +355,20 @@ func evalCmd(ctx context.Context, name, script, key string, args []any) *goredis
 	return cmd
 }
 
-// exec sends cmd through p and returns its error once it is answered or
-// ctx (a call's budget) is done, whichever comes first. After an error of
-// ctx, cmd may still be in flight: do not read it.
-func (s *Store) exec(ctx context.Context, p processor, cmd goredis.Cmder) error {
+// exec sends cmd, through conn when it is not nil (a connection pinned for
+// WAIT), and returns its error once it is answered or ctx (a call's
+// budget) is done, whichever comes first. After an error of ctx, cmd may
+// still be in flight: do not read it.
+func (s *Store) exec(ctx context.Context, conn *goredis.Conn, cmd goredis.Cmder) error {
+	var p processor = s.client
+	switch {
+	case conn != nil:
+		p = conn
+	case s.ap != nil:
+		// The pipeliner runs the command on its own context: wait for it
+		// no longer than the budget.
+		return s.ap.Submit(ctx, cmd).WaitContext(ctx)
+	}
 	if s.ctxTimeouts {
 		p.Process(ctx, cmd)
 		return cmd.Err()

@@ -403,6 +403,12 @@ func TestNew(t *testing.T) {
 	if _, err := redis.New(ring); err != nil {
 		t.Errorf("Ring without WAIT refused: %v", err)
 	}
+	if _, err := redis.New(ring, redis.WithAutoPipeline()); err == nil {
+		t.Error("WithAutoPipeline accepted a Ring, which go-redis cannot pipeline automatically")
+	}
+	if _, err := redis.New(c, redis.WithAutoPipeline()); err != nil {
+		t.Errorf("WithAutoPipeline refused a Client: %v", err)
+	}
 	if _, err := redis.New(c, redis.WithCallTimeout(time.Second), redis.WithWaitReplicas(1, time.Second),
 		redis.WithEvictionWarning(), redis.WithContextTimeouts(true)); err != nil {
 		t.Errorf("valid options refused: %v", err)
