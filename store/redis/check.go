@@ -85,21 +85,24 @@ func (s *Store) Check(ctx context.Context) (Report, error) {
 		rep.Nodes = append(rep.Nodes, n)
 		return nil
 	}
+	// Ask the client what it is by its methods, not its type, so that a
+	// wrapper that embeds a go-redis client is checked as that client: a
+	// cluster node by node, not the one node a command would reach.
 	switch c := s.client.(type) {
-	case *goredis.ClusterClient:
+	case shardWalker:
 		if err := c.ForEachShard(ctx, func(ctx context.Context, node *goredis.Client) error {
 			return one(ctx, node, node.Options().Addr)
 		}); err != nil {
 			return Report{}, unavailable("check", err)
 		}
-	case *goredis.Client:
+	case clientOptions:
 		addr := c.Options().Addr
 		if addr == "FailoverClient" { // go-redis's name for a Sentinel client
 			addr = ""
 		}
-		one(ctx, c, addr)
+		one(ctx, s.client, addr)
 	default:
-		one(ctx, c, "")
+		one(ctx, s.client, "")
 	}
 	if first != nil {
 		return Report{}, first
@@ -128,6 +131,11 @@ func (s *Store) Check(ctx context.Context) (Report, error) {
 		slog.Default().Warn("idemkey: redis: maxmemory-policy is not noeviction: claims may be evicted and handlers run twice", "nodes", strings.Join(evicting, ", "))
 	}
 	return rep, nil
+}
+
+// shardWalker is a cluster client: it can visit the master of every shard.
+type shardWalker interface {
+	ForEachShard(ctx context.Context, fn func(ctx context.Context, node *goredis.Client) error) error
 }
 
 func nodeName(addr string) string {

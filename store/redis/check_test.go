@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -85,11 +86,21 @@ func TestCheck(t *testing.T) {
 	checkUnavailable(t, "check", err)
 }
 
+// clusterWrapper is an instrumentation wrapper that embeds a ClusterClient.
+type clusterWrapper struct{ *goredis.ClusterClient }
+
 func TestCheckCluster(t *testing.T) {
 	cl := sharedCluster(t)
 	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
-	rep, err := newStore(t, c).Check(context.Background())
+	for _, client := range []goredis.UniversalClient{c, clusterWrapper{c}} {
+		t.Run(fmt.Sprintf("%T", client), func(t *testing.T) { checkEveryNode(t, cl, client) })
+	}
+}
+
+// checkEveryNode checks that Check asked every master of cl, through client.
+func checkEveryNode(t *testing.T, cl *redistest.Cluster, client goredis.UniversalClient) {
+	rep, err := newStore(t, client).Check(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
