@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -99,22 +101,69 @@ func runParallel(b *testing.B, addr string, conc int, setup func() func()) {
 	m.report(b)
 }
 
-// cpuMeter measures the CPU this process and a Redis server spend.
+// cpuMeter measures the CPU this process and a Redis server spend, and the
+// commands the server runs.
 type cpuMeter struct {
 	addr  string
 	redis time.Duration
 	self  time.Duration
+	cmds  map[string]commandStat
 }
 
 func startCPU(b *testing.B, addr string) *cpuMeter {
-	return &cpuMeter{addr: addr, redis: redisCPU(b, addr), self: selfCPU(b)}
+	return &cpuMeter{addr: addr, redis: redisCPU(b, addr), self: selfCPU(b), cmds: commandStats(b, addr)}
 }
 
+// report reports, per operation, redis-µs/op, the server's CPU (INFO
+// used_cpu_user and used_cpu_sys: running commands, reading and writing
+// sockets, the event loop), and client-µs/op, this process's CPU. It logs
+// what the server ran meanwhile (INFO commandstats): each command's calls
+// per operation and its time per call. A script's own calls are listed
+// under their names too, and their time is part of the script's.
 func (m *cpuMeter) report(b *testing.B) {
 	r := redisCPU(b, m.addr) - m.redis
 	s := selfCPU(b) - m.self
 	b.ReportMetric(float64(r)/1e3/float64(b.N), "redis-µs/op")
 	b.ReportMetric(float64(s)/1e3/float64(b.N), "client-µs/op")
+	after := commandStats(b, m.addr)
+	var lines []string
+	for name, a := range after {
+		d := commandStat{calls: a.calls - m.cmds[name].calls, usec: a.usec - m.cmds[name].usec}
+		if d.calls > 0 {
+			lines = append(lines, fmt.Sprintf("%s %.2f/op %.2fµs/call", name, float64(d.calls)/float64(b.N), float64(d.usec)/float64(d.calls)))
+		}
+	}
+	slices.Sort(lines)
+	b.Logf("commands: %s", strings.Join(lines, ", "))
+}
+
+type commandStat struct{ calls, usec int64 }
+
+// commandStats returns INFO commandstats by command name, INFO left out.
+func commandStats(b *testing.B, addr string) map[string]commandStat {
+	b.Helper()
+	f, err := redistest.Info(addr, "commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := make(map[string]commandStat)
+	for k, v := range f {
+		name, ok := strings.CutPrefix(k, "cmdstat_")
+		if !ok || name == "info" {
+			continue
+		}
+		var st commandStat
+		for field := range strings.SplitSeq(v, ",") {
+			if n, ok := strings.CutPrefix(field, "calls="); ok {
+				st.calls, _ = strconv.ParseInt(n, 10, 64)
+			}
+			if n, ok := strings.CutPrefix(field, "usec="); ok {
+				st.usec, _ = strconv.ParseInt(n, 10, 64)
+			}
+		}
+		m[name] = st
+	}
+	return m
 }
 
 // redisCPU returns the user and system CPU the server has spent.
