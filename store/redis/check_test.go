@@ -36,7 +36,7 @@ func TestCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Nodes) != 1 || rep.Nodes[0].Addr != srv.Addr || rep.Nodes[0].MaxmemoryPolicy != "noeviction" {
+	if len(rep.Nodes) != 1 || rep.Nodes[0].Addr != srv.Addr || rep.Nodes[0].MaxmemoryPolicy != "noeviction" || rep.Nodes[0].Version == "" {
 		t.Errorf("nodes = %+v", rep.Nodes)
 	}
 	if !rep.EvictionSafe || rep.Persistent || rep.Nodes[0].AOF || rep.Nodes[0].RDBSave != "" {

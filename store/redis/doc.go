@@ -7,7 +7,8 @@
 // everything about a key lives in one slot. Every change is one command on
 // that one key:
 //
-//   - claim: SET key claim PX life NX GET (Redis 7.0 or later), which claims
+//   - claim: SET key claim PX life NX GET (Redis 7.0 or later, which Check
+//     verifies), which claims
 //     a free key with the caller's token and the claim's life, or answers
 //     with what holds it: the caller's own claim (Mine, after go-redis
 //     resent a claim whose reply was lost), another request's claim, which
