@@ -80,7 +80,7 @@ func (c *Cluster) form() error {
 		if _, err := Do(s.Addr, "CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i+1)); err != nil {
 			return fmt.Errorf("redistest: cluster epoch on %s: %w", s.Addr, err)
 		}
-		lo, hi := i*16384/n, (i+1)*16384/n-1
+		lo, hi := slotRange(i, n)
 		if _, err := Do(s.Addr, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil {
 			return fmt.Errorf("redistest: cluster slots on %s: %w", s.Addr, err)
 		}
@@ -133,7 +133,18 @@ func (c *Cluster) Addrs() []string {
 
 // NodeForSlot returns the node that serves slot (0 to 16383).
 func (c *Cluster) NodeForSlot(slot int) *Server {
-	return c.Nodes[slot*len(c.Nodes)/16384]
+	n := len(c.Nodes)
+	for i := range n {
+		if _, hi := slotRange(i, n); slot <= hi {
+			return c.Nodes[i]
+		}
+	}
+	return c.Nodes[n-1]
+}
+
+// slotRange returns the first and last slot node i of n serves.
+func slotRange(i, n int) (lo, hi int) {
+	return i * 16384 / n, (i+1)*16384/n - 1
 }
 
 // Close kills every node and removes its directory.

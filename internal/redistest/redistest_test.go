@@ -23,6 +23,29 @@ func TestSlot(t *testing.T) {
 	}
 }
 
+// TestNodeForSlot checks the node a slot maps to against the ranges the
+// cluster's nodes are given, at every boundary: slot 5461 of three nodes
+// is the second node's first.
+func TestNodeForSlot(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5} {
+		c := &Cluster{Nodes: make([]*Server, n)}
+		for i := range c.Nodes {
+			c.Nodes[i] = &Server{Port: i}
+		}
+		for i := range n {
+			lo, hi := slotRange(i, n)
+			for _, slot := range []int{lo, hi} {
+				if got := c.NodeForSlot(slot); got.Port != i {
+					t.Errorf("%d nodes: slot %d on node %d, want %d (range %d-%d)", n, slot, got.Port, i, lo, hi)
+				}
+			}
+		}
+		if _, hi := slotRange(n-1, n); hi != 16383 {
+			t.Errorf("%d nodes: the last range ends at %d", n, hi)
+		}
+	}
+}
+
 func TestServer(t *testing.T) {
 	s := StartServer(t, "--maxmemory", "7mb")
 	if got, err := Do(s.Addr, "CONFIG", "GET", "maxmemory"); err != nil || got != "maxmemory\n7340032" {

@@ -2,9 +2,15 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"runtime"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,27 +22,176 @@ import (
 )
 
 // The benchmarks run against a redis-server of their own on loopback, with
-// many goroutines (RunParallel) on many keys. Every operation is a real
-// round trip, so ns/op is bound by the server and the loopback as much as
-// by the store; allocs/op is the store's and go-redis's share.
+// 16 and 64 goroutines (RunParallel) on many keys: the concurrency of a
+// service's requests. Every operation is a real round trip, so ns/op is
+// bound by the server, the loopback and the other processes on the machine
+// as much as by the store. Besides allocs/op they report CPU per operation,
+// which a busy machine disturbs less than time: client-µs/op is this
+// process's user and system CPU (the store, go-redis, the benchmark loop and
+// the runtime), redis-µs/op the server's (INFO used_cpu_user and
+// used_cpu_sys), both divided by the operations run.
 
-// benchParallelism times GOMAXPROCS goroutines run each benchmark, each
-// with its own connection: the server sees many clients at once.
-const benchParallelism = 8
+// benchConcurrency is how many goroutines run each benchmark at once.
+var benchConcurrency = []int{16, 64}
 
-func benchStore(b *testing.B) *redis.Store {
+// benchModes are the ways the store sends its commands: each on a pooled
+// connection of its own (the default, named by concurrency alone), and
+// through the client's automatic pipeliner.
+var benchModes = []struct {
+	name string
+	opts []redis.Option
+}{
+	{"", nil},
+	{"autopipeline/", []redis.Option{redis.WithAutoPipeline()}},
+}
+
+// forEachCase runs bench once per mode and concurrency.
+func forEachCase(b *testing.B, bench func(b *testing.B, conc int, opts []redis.Option)) {
+	for _, m := range benchModes {
+		for _, conc := range benchConcurrency {
+			b.Run(fmt.Sprintf("%sc=%d", m.name, conc), func(b *testing.B) { bench(b, conc, m.opts) })
+		}
+	}
+}
+
+// benchStore starts a server and returns a store on it with the options the
+// package documentation recommends (a pool of 128 connections), and the
+// server's address.
+func benchStore(b *testing.B, opts ...redis.Option) (*redis.Store, string) {
 	b.Helper()
+	addr := redistest.Start(b)
 	c := goredis.NewClient(&goredis.Options{
-		Addr:                  redistest.Start(b),
+		Addr:                  addr,
 		ContextTimeoutEnabled: true,
 		PoolSize:              128,
 	})
 	b.Cleanup(func() { c.Close() })
-	st, err := redis.New(c)
+	// A budget wide enough that a stall of this shared machine does not
+	// end a run: the benchmarks measure cost, the fault tests the budget.
+	st, err := redis.New(c, append([]redis.Option{redis.WithCallTimeout(testBudget)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return st
+	return st, addr
+}
+
+// runParallel runs an operation on conc goroutines, as b.RunParallel does,
+// and reports CPU per operation. setup runs once per goroutine before the
+// loop and returns the operation. Before the clock starts, conc goroutines
+// run the operation at once: the pool holds its connections and the server
+// its scripts before anything is measured.
+func runParallel(b *testing.B, addr string, conc int, setup func() func()) {
+	b.Helper()
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() { setup()() })
+	}
+	wg.Wait()
+	b.ReportAllocs()
+	b.SetParallelism((conc + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	m := startCPU(b, addr)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		op := setup()
+		for pb.Next() {
+			op()
+		}
+	})
+	b.StopTimer()
+	m.report(b)
+}
+
+// cpuMeter measures the CPU this process and a Redis server spend, and the
+// commands the server runs.
+type cpuMeter struct {
+	addr  string
+	redis time.Duration
+	self  time.Duration
+	cmds  map[string]commandStat
+}
+
+func startCPU(b *testing.B, addr string) *cpuMeter {
+	return &cpuMeter{addr: addr, redis: redisCPU(b, addr), self: selfCPU(b), cmds: commandStats(b, addr)}
+}
+
+// report reports, per operation, redis-µs/op, the server's CPU (INFO
+// used_cpu_user and used_cpu_sys: running commands, reading and writing
+// sockets, the event loop), and client-µs/op, this process's CPU. It logs
+// what the server ran meanwhile (INFO commandstats): each command's calls
+// per operation and its time per call. A script's own calls are listed
+// under their names too, and their time is part of the script's.
+func (m *cpuMeter) report(b *testing.B) {
+	r := redisCPU(b, m.addr) - m.redis
+	s := selfCPU(b) - m.self
+	b.ReportMetric(float64(r)/1e3/float64(b.N), "redis-µs/op")
+	b.ReportMetric(float64(s)/1e3/float64(b.N), "client-µs/op")
+	after := commandStats(b, m.addr)
+	var lines []string
+	for name, a := range after {
+		d := commandStat{calls: a.calls - m.cmds[name].calls, usec: a.usec - m.cmds[name].usec}
+		if d.calls > 0 {
+			lines = append(lines, fmt.Sprintf("%s %.2f/op %.2fµs/call", name, float64(d.calls)/float64(b.N), float64(d.usec)/float64(d.calls)))
+		}
+	}
+	slices.Sort(lines)
+	b.Logf("commands: %s", strings.Join(lines, ", "))
+}
+
+type commandStat struct{ calls, usec int64 }
+
+// commandStats returns INFO commandstats by command name, INFO left out.
+func commandStats(b *testing.B, addr string) map[string]commandStat {
+	b.Helper()
+	f, err := redistest.Info(addr, "commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := make(map[string]commandStat)
+	for k, v := range f {
+		name, ok := strings.CutPrefix(k, "cmdstat_")
+		if !ok || name == "info" {
+			continue
+		}
+		var st commandStat
+		for field := range strings.SplitSeq(v, ",") {
+			if n, ok := strings.CutPrefix(field, "calls="); ok {
+				st.calls, _ = strconv.ParseInt(n, 10, 64)
+			}
+			if n, ok := strings.CutPrefix(field, "usec="); ok {
+				st.usec, _ = strconv.ParseInt(n, 10, 64)
+			}
+		}
+		m[name] = st
+	}
+	return m
+}
+
+// redisCPU returns the user and system CPU the server has spent.
+func redisCPU(b *testing.B, addr string) time.Duration {
+	b.Helper()
+	f, err := redistest.Info(addr, "cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var d time.Duration
+	for _, k := range []string{"used_cpu_user", "used_cpu_sys"} {
+		s, err := strconv.ParseFloat(f[k], 64)
+		if err != nil {
+			b.Fatalf("INFO cpu %s: %v", k, err)
+		}
+		d += time.Duration(s * 1e9)
+	}
+	return d
+}
+
+// selfCPU returns the user and system CPU this process has spent.
+func selfCPU(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func benchRecord() *store.Record {
@@ -57,26 +212,27 @@ func benchRecord() *store.Record {
 // BenchmarkFirstRun is the store's part of a first request: a claim on a
 // fresh key, then complete with a 1 KiB response.
 func BenchmarkFirstRun(b *testing.B) {
-	st := benchStore(b)
-	rec := benchRecord()
-	scope := "bench-" + randomHex(4)
-	var n atomic.Int64
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.SetBytes(int64(len(rec.Body)))
-	b.SetParallelism(benchParallelism)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		c := store.Claim{Token: randomHex(16), Fingerprint: rec.Fingerprint, TTL: 30 * time.Second}
-		for pb.Next() {
-			key := store.KeyName(scope, strconv.FormatInt(n.Add(1), 10))
-			res, err := st.Claim(ctx, key, c)
-			if err != nil || res.State != store.Claimed {
-				b.Fatalf("claim: %v %v", res.State, err)
-			}
-			if err := st.Complete(ctx, key, c.Token, rec, time.Minute); err != nil {
-				b.Fatal(err)
-			}
+	forEachCase(b, func(b *testing.B, conc int, opts []redis.Option) {
+		{
+			st, addr := benchStore(b, opts...)
+			rec := benchRecord()
+			scope := "bench-" + randomHex(4)
+			var n atomic.Int64
+			ctx := context.Background()
+			b.SetBytes(int64(len(rec.Body)))
+			runParallel(b, addr, conc, func() func() {
+				c := store.Claim{Token: randomHex(16), Fingerprint: rec.Fingerprint, TTL: 30 * time.Second}
+				return func() {
+					key := store.KeyName(scope, strconv.FormatInt(n.Add(1), 10))
+					res, err := st.Claim(ctx, key, c)
+					if err != nil || res.State != store.Claimed {
+						b.Fatalf("claim: %v %v", res.State, err)
+					}
+					if err := st.Complete(ctx, key, c.Token, rec, time.Minute); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	})
 }
@@ -84,34 +240,35 @@ func BenchmarkFirstRun(b *testing.B) {
 // BenchmarkReplay is the store's part of a repeat: one claim that finds a
 // kept 1 KiB response, over 1024 keys.
 func BenchmarkReplay(b *testing.B) {
-	st := benchStore(b)
-	rec := benchRecord()
-	ctx := context.Background()
-	const keys = 1024
-	names := make([]string, keys)
-	scope := "bench-" + randomHex(4)
-	for i := range names {
-		names[i] = store.KeyName(scope, strconv.Itoa(i))
-		c := store.Claim{Token: randomHex(16), Fingerprint: rec.Fingerprint, TTL: time.Minute}
-		if _, err := st.Claim(ctx, names[i], c); err != nil {
-			b.Fatal(err)
-		}
-		if err := st.Complete(ctx, names[i], c.Token, rec, time.Hour); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var n atomic.Int64
-	b.ReportAllocs()
-	b.SetBytes(int64(len(rec.Body)))
-	b.SetParallelism(benchParallelism)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		c := store.Claim{Token: randomHex(16), Fingerprint: rec.Fingerprint, TTL: time.Minute}
-		for pb.Next() {
-			res, err := st.Claim(ctx, names[n.Add(1)%keys], c)
-			if err != nil || res.State != store.Completed {
-				b.Fatalf("claim: %v %v", res.State, err)
+	forEachCase(b, func(b *testing.B, conc int, opts []redis.Option) {
+		{
+			st, addr := benchStore(b, opts...)
+			rec := benchRecord()
+			ctx := context.Background()
+			const keys = 1024
+			names := make([]string, keys)
+			scope := "bench-" + randomHex(4)
+			for i := range names {
+				names[i] = store.KeyName(scope, strconv.Itoa(i))
+				c := store.Claim{Token: randomHex(16), Fingerprint: rec.Fingerprint, TTL: time.Minute}
+				if _, err := st.Claim(ctx, names[i], c); err != nil {
+					b.Fatal(err)
+				}
+				if err := st.Complete(ctx, names[i], c.Token, rec, time.Hour); err != nil {
+					b.Fatal(err)
+				}
 			}
+			var n atomic.Int64
+			b.SetBytes(int64(len(rec.Body)))
+			runParallel(b, addr, conc, func() func() {
+				c := store.Claim{Token: randomHex(16), Fingerprint: rec.Fingerprint, TTL: time.Minute}
+				return func() {
+					res, err := st.Claim(ctx, names[n.Add(1)%keys], c)
+					if err != nil || res.State != store.Completed {
+						b.Fatalf("claim: %v %v", res.State, err)
+					}
+				}
+			})
 		}
 	})
 }
@@ -119,28 +276,29 @@ func BenchmarkReplay(b *testing.B) {
 // BenchmarkInFlight is the store's part of a repeat that finds the first
 // request still running: one claim that finds another's claim.
 func BenchmarkInFlight(b *testing.B) {
-	st := benchStore(b)
-	ctx := context.Background()
-	const keys = 1024
-	names := make([]string, keys)
-	scope := "bench-" + randomHex(4)
-	for i := range names {
-		names[i] = store.KeyName(scope, strconv.Itoa(i))
-		if _, err := st.Claim(ctx, names[i], store.Claim{Token: randomHex(16), TTL: time.Hour}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var n atomic.Int64
-	b.ReportAllocs()
-	b.SetParallelism(benchParallelism)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		c := store.Claim{Token: randomHex(16), TTL: time.Minute}
-		for pb.Next() {
-			res, err := st.Claim(ctx, names[n.Add(1)%keys], c)
-			if err != nil || res.State != store.InFlight {
-				b.Fatalf("claim: %v %v", res.State, err)
+	forEachCase(b, func(b *testing.B, conc int, opts []redis.Option) {
+		{
+			st, addr := benchStore(b, opts...)
+			ctx := context.Background()
+			const keys = 1024
+			names := make([]string, keys)
+			scope := "bench-" + randomHex(4)
+			for i := range names {
+				names[i] = store.KeyName(scope, strconv.Itoa(i))
+				if _, err := st.Claim(ctx, names[i], store.Claim{Token: randomHex(16), TTL: time.Hour}); err != nil {
+					b.Fatal(err)
+				}
 			}
+			var n atomic.Int64
+			runParallel(b, addr, conc, func() func() {
+				c := store.Claim{Token: randomHex(16), TTL: time.Minute}
+				return func() {
+					res, err := st.Claim(ctx, names[n.Add(1)%keys], c)
+					if err != nil || res.State != store.InFlight {
+						b.Fatalf("claim: %v %v", res.State, err)
+					}
+				}
+			})
 		}
 	})
 }

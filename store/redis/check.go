@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -16,6 +17,10 @@ import (
 // noeviction. Under any other policy Redis may evict a claim while its
 // handler runs, and a retry would then run the handler a second time.
 var ErrEvictionPolicy = errors.New("idemkey: redis: maxmemory-policy is not noeviction")
+
+// ErrServerVersion reports a server older than Redis 7.0, which cannot run
+// the claim (SET with both NX and GET): every claim would fail.
+var ErrServerVersion = errors.New("idemkey: redis: server older than Redis 7.0")
 
 // Report is what Check found on the server, or on every node of a cluster.
 type Report struct {
@@ -49,6 +54,9 @@ type NodeReport struct {
 	// "" when snapshots are off, and "unknown" when the server refuses
 	// CONFIG GET (as managed services often do).
 	RDBSave string
+	// Version is the node's redis_version, for example "7.0.15"; "" when
+	// INFO does not say.
+	Version string
 }
 
 // Persistent reports whether the node writes an AOF or RDB snapshots. A
@@ -58,10 +66,11 @@ func (n NodeReport) Persistent() bool {
 	return n.AOF || (n.RDBSave != "" && n.RDBSave != "unknown")
 }
 
-// Check reads each server's maxmemory-policy and persistence settings with
-// INFO and CONFIG GET save. Call it once at start. It returns an error
-// wrapping ErrEvictionPolicy when a node's policy is not noeviction (unless
-// WithEvictionWarning made that a warning), and an error wrapping
+// Check reads each server's version, maxmemory-policy and persistence
+// settings with INFO and CONFIG GET save. Call it once at start. It returns
+// an error wrapping ErrServerVersion when a node is older than Redis 7.0,
+// one wrapping ErrEvictionPolicy when a node's policy is not noeviction
+// (unless WithEvictionWarning made that a warning), and an error wrapping
 // store.ErrUnavailable when a node cannot be asked. Persistence is reported,
 // never refused: running without it is a choice (see the package
 // documentation). Each node's questions have the call budget of
@@ -85,21 +94,24 @@ func (s *Store) Check(ctx context.Context) (Report, error) {
 		rep.Nodes = append(rep.Nodes, n)
 		return nil
 	}
+	// Ask the client what it is by its methods, not its type, so that a
+	// wrapper that embeds a go-redis client is checked as that client: a
+	// cluster node by node, not the one node a command would reach.
 	switch c := s.client.(type) {
-	case *goredis.ClusterClient:
+	case shardWalker:
 		if err := c.ForEachShard(ctx, func(ctx context.Context, node *goredis.Client) error {
 			return one(ctx, node, node.Options().Addr)
 		}); err != nil {
 			return Report{}, unavailable("check", err)
 		}
-	case *goredis.Client:
+	case clientOptions:
 		addr := c.Options().Addr
 		if addr == "FailoverClient" { // go-redis's name for a Sentinel client
 			addr = ""
 		}
-		one(ctx, c, addr)
+		one(ctx, s.client, addr)
 	default:
-		one(ctx, c, "")
+		one(ctx, s.client, "")
 	}
 	if first != nil {
 		return Report{}, first
@@ -108,6 +120,11 @@ func (s *Store) Check(ctx context.Context) (Report, error) {
 		return Report{}, unavailable("check", errors.New("no nodes to check"))
 	}
 	slices.SortFunc(rep.Nodes, func(a, b NodeReport) int { return strings.Compare(a.Addr, b.Addr) })
+	for _, n := range rep.Nodes {
+		if tooOld(n.Version) {
+			return rep, fmt.Errorf("%w: %s is %s", ErrServerVersion, nodeName(n.Addr), n.Version)
+		}
+	}
 	rep.EvictionSafe, rep.Persistent = true, true
 	var evicting []string
 	for _, n := range rep.Nodes {
@@ -130,6 +147,19 @@ func (s *Store) Check(ctx context.Context) (Report, error) {
 	return rep, nil
 }
 
+// tooOld reports whether version names a Redis before 7.0. A version it
+// cannot read is not refused: the claims will say.
+func tooOld(version string) bool {
+	major, _, _ := strings.Cut(version, ".")
+	n, err := strconv.Atoi(major)
+	return err == nil && n < 7
+}
+
+// shardWalker is a cluster client: it can visit the master of every shard.
+type shardWalker interface {
+	ForEachShard(ctx context.Context, fn func(ctx context.Context, node *goredis.Client) error) error
+}
+
 func nodeName(addr string) string {
 	if addr == "" {
 		return "server"
@@ -141,7 +171,7 @@ func nodeName(addr string) string {
 func (s *Store) checkNode(ctx context.Context, c goredis.UniversalClient, addr string) (NodeReport, error) {
 	n := NodeReport{Addr: addr}
 	info, err := s.bounded(ctx, func(ctx context.Context) (any, error) {
-		return c.Info(ctx, "memory", "persistence").Result()
+		return c.Info(ctx, "server", "memory", "persistence").Result()
 	})
 	if err != nil {
 		return n, unavailable("check "+nodeName(addr), err)
@@ -152,6 +182,7 @@ func (s *Store) checkNode(ctx context.Context, c goredis.UniversalClient, addr s
 		return n, unavailable("check "+nodeName(addr), errors.New("INFO has no maxmemory_policy"))
 	}
 	n.AOF = fields["aof_enabled"] == "1"
+	n.Version = fields["redis_version"]
 	save, err := s.bounded(ctx, func(ctx context.Context) (any, error) {
 		return c.ConfigGet(ctx, "save").Result()
 	})

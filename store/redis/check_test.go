@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -35,7 +36,7 @@ func TestCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Nodes) != 1 || rep.Nodes[0].Addr != srv.Addr || rep.Nodes[0].MaxmemoryPolicy != "noeviction" {
+	if len(rep.Nodes) != 1 || rep.Nodes[0].Addr != srv.Addr || rep.Nodes[0].MaxmemoryPolicy != "noeviction" || rep.Nodes[0].Version == "" {
 		t.Errorf("nodes = %+v", rep.Nodes)
 	}
 	if !rep.EvictionSafe || rep.Persistent || rep.Nodes[0].AOF || rep.Nodes[0].RDBSave != "" {
@@ -85,11 +86,21 @@ func TestCheck(t *testing.T) {
 	checkUnavailable(t, "check", err)
 }
 
+// clusterWrapper is an instrumentation wrapper that embeds a ClusterClient.
+type clusterWrapper struct{ *goredis.ClusterClient }
+
 func TestCheckCluster(t *testing.T) {
 	cl := sharedCluster(t)
 	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
-	rep, err := newStore(t, c).Check(context.Background())
+	for _, client := range []goredis.UniversalClient{c, clusterWrapper{c}} {
+		t.Run(fmt.Sprintf("%T", client), func(t *testing.T) { checkEveryNode(t, cl, client) })
+	}
+}
+
+// checkEveryNode checks that Check asked every master of cl, through client.
+func checkEveryNode(t *testing.T, cl *redistest.Cluster, client goredis.UniversalClient) {
+	rep, err := newStore(t, client).Check(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,21 +142,19 @@ func TestWaitReplicas(t *testing.T) {
 	// acknowledges.
 	st = newStore(t, c, redis.WithWaitReplicas(1, 5*time.Second))
 	a := newClaim(1)
-	var n int64
-	var by map[string]int64
-	n, by = roundTrips(t, master.Addr, func() { mustClaim(t, st, key, a, store.Claimed) })
-	t.Logf("WAIT 1 with a replica: claim took %d round trips %v", n, by)
-	if by["wait"] != 1 || by["evalsha"]+by["eval"] != 1 {
-		t.Errorf("claim in WAIT mode: %v, want the script and one WAIT", by)
+	by := commands(t, master.Addr, func() { mustClaim(t, st, key, a, store.Claimed) })
+	t.Logf("WAIT 1 with a replica: claim ran %v on the master", by)
+	if by["wait"] != 1 || by["set"] != 1 || by["evalsha"]+by["eval"] != 0 {
+		t.Errorf("claim in WAIT mode: %v, want one SET and one WAIT", by)
 	}
 	// The claim is on the replica before Claim returns.
 	if got, err := redistest.Do(replica.Addr, "EXISTS", key); err != nil || got != "1" {
 		t.Errorf("claim not on the replica: %q, %v", got, err)
 	}
 	// Other answers need no WAIT.
-	n, by = roundTrips(t, master.Addr, func() { mustClaim(t, st, key, newClaim(2), store.InFlight) })
-	if n != 1 || by["wait"] != 0 {
-		t.Errorf("in-flight answer in WAIT mode: %d round trips %v", n, by)
+	by = commands(t, master.Addr, func() { mustClaim(t, st, key, newClaim(2), store.InFlight) })
+	if by["set"] != 1 || by["wait"] != 0 {
+		t.Errorf("in-flight answer in WAIT mode: %v, want one SET and no WAIT", by)
 	}
 	mustClaim(t, st, key, a, store.Mine)
 

@@ -2,28 +2,80 @@ package redis_test
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemkey/idemkey/internal/redistest"
 	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/redis"
 	"github.com/idemkey/idemkey/store/storetest"
 )
 
 func TestConformanceMiniredis(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
-		mr := miniredis.RunT(t)
-		return storetest.Harness{Store: newStore(t, newClient(t, mr.Addr())), Advance: mr.FastForward}
+		mr := newMini(t)
+		return storetest.Harness{Store: mr.store(t), Advance: mr.FastForward}
 	})
 }
 
 func TestConformanceRedis(t *testing.T) {
 	st := newStore(t, newClient(t, redistest.Start(t)))
+	storetest.Run(t, func(*testing.T) storetest.Harness {
+		return storetest.Harness{Store: st}
+	})
+}
+
+// TestConformanceAutoPipeline runs the suite with WithAutoPipeline, on
+// miniredis, a redis-server and a Cluster.
+func TestConformanceAutoPipeline(t *testing.T) {
+	t.Run("Miniredis", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) storetest.Harness {
+			mr := newMini(t)
+			return storetest.Harness{Store: mr.store(t, redis.WithAutoPipeline()), Advance: mr.FastForward}
+		})
+	})
+	t.Run("Redis", func(t *testing.T) {
+		st := newStore(t, newClient(t, redistest.Start(t)), redis.WithAutoPipeline())
+		storetest.Run(t, func(*testing.T) storetest.Harness {
+			return storetest.Harness{Store: st}
+		})
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		c := goredis.NewClusterClient(&goredis.ClusterOptions{
+			Addrs:                 sharedCluster(t).Addrs(),
+			ContextTimeoutEnabled: true,
+			PoolSize:              64,
+		})
+		t.Cleanup(func() { c.Close() })
+		st := newStore(t, c, redis.WithAutoPipeline())
+		storetest.Run(t, func(*testing.T) storetest.Harness {
+			return storetest.Harness{Store: st}
+		})
+	})
+}
+
+// TestConformanceSharedRedis runs the suite against the Redis that
+// REDIS_URL names (CI's shared server), under the suite's random key names:
+// it writes nothing else and deletes nothing it did not write. Without
+// REDIS_URL it skips.
+func TestConformanceSharedRedis(t *testing.T) {
+	u := os.Getenv("REDIS_URL")
+	if u == "" {
+		t.Skip("REDIS_URL not set")
+	}
+	opt, err := goredis.ParseURL(u)
+	if err != nil {
+		t.Fatalf("REDIS_URL: %v", err)
+	}
+	opt.ContextTimeoutEnabled, opt.PoolSize = true, 64
+	c := goredis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	st := newStore(t, c)
 	storetest.Run(t, func(*testing.T) storetest.Harness {
 		return storetest.Harness{Store: st}
 	})

@@ -12,39 +12,55 @@ import (
 )
 
 // The stored value of a key starts with one tag byte: the high four bits are
-// the format version, the low four the kind. The claim script tells an
-// in-flight claim from a record by the kind alone (tag%16 == kindInFlight),
-// so a later version keeps that rule.
+// the format version, the low four the kind (1 in flight, 2 record). The
+// store tells a claim from a record by the kind alone, so every version
+// keeps that rule. Integers are big-endian, times Unix nanoseconds (0 for
+// the zero time).
 //
-// Version 1 layouts (integers big-endian, times in Unix nanoseconds, 0 for
-// the zero time):
+//	in flight, v2: tag 0x21 | token length u8 | token | fingerprint [32] |
+//	               created-at i64 | expires-at i64
+//	record, v2:    tag 0x22 | token length u8 | token | flags u8 | status u16 |
+//	               fingerprint [32] | created-at i64 | completed-at i64 |
+//	               header block length u32 | header block | body (every byte to the end)
 //
-//	in flight: tag 0x11 | token length u8 | token | fingerprint [32] | created-at i64
-//	record:    tag 0x12 | flags u8 | status u16 | fingerprint [32] |
-//	           created-at i64 | completed-at i64 | header block length u32 |
-//	           header block | body (every byte to the end)
+// and, read but no longer written:
+//
+//	in flight, v1: tag 0x11 | token length u8 | token | fingerprint [32] | created-at i64
+//	record, v1:    tag 0x12 | flags u8 | status u16 | fingerprint [32] |
+//	               created-at i64 | completed-at i64 | header block length u32 |
+//	               header block | body
 //
 // The header block holds the header names in sorted order, each as name
 // length u16 | name | value count u16 | (value length u32 | value)*. Flag
 // bit 0 marks a body that was omitted.
 //
-// The in-flight value opens with its owner: tag, token length and token.
-// The scripts compare that prefix to the caller's, so one comparison checks
-// both that the key is in flight and that the caller holds it.
+// Both kinds open with their owner: tag, token length and token. The scripts
+// compare that prefix to the caller's, so one comparison checks both what
+// the key holds and that the caller holds it: complete keeps a record only
+// over the caller's claim, and recognises the caller's own record (kept by
+// a first call whose reply was lost) as done.
+//
+// A claim carries its own expiry (the claimer's clock; extend rewrites it
+// with SETRANGE), so that the claim, a plain SET ... NX GET, learns how long
+// another request's claim has left from the value alone, with no PTTL.
 const (
 	kindInFlight = 0x1
 	kindRecord   = 0x2
 
 	tagInFlightV1 = 0x10 | kindInFlight
 	tagRecordV1   = 0x10 | kindRecord
+	tagInFlightV2 = 0x20 | kindInFlight
+	tagRecordV2   = 0x20 | kindRecord
 
 	flagBodyOmitted = 1 << 0
 
 	// MaxTokenLen is the longest owner token the store accepts, in bytes.
 	MaxTokenLen = 255
 
-	inFlightFixed = 32 + 8                     // fingerprint, created-at after the token
-	recordFixed   = 1 + 1 + 2 + 32 + 8 + 8 + 4 // up to the header block
+	inFlightFixed   = 32 + 8 + 8             // fingerprint, created-at, expires-at after the owner
+	inFlightV1Fixed = 32 + 8                 // fingerprint, created-at after the owner
+	expiresOffset   = 32 + 8                 // of expires-at, after the owner
+	recordFixed     = 1 + 2 + 32 + 8 + 8 + 4 // flags up to the header block, after the owner
 )
 
 // ErrUnreadable reports a stored value this version cannot read: written by
@@ -58,12 +74,22 @@ var ErrUnreadable = errors.New("idemkey: redis: stored value in an unknown forma
 // with.
 func ownerPrefix(token string) []byte {
 	b := make([]byte, 0, 2+len(token))
-	return appendOwner(b, token)
+	return appendOwner(b, tagInFlightV2, token)
 }
 
-func appendOwner(b []byte, token string) []byte {
-	b = append(b, tagInFlightV1, byte(len(token)))
+func appendOwner(b []byte, tag byte, token string) []byte {
+	b = append(b, tag, byte(len(token)))
 	return append(b, token...)
+}
+
+// cutOwner splits the owner (tag, token length, token) off the front of v
+// and returns the token.
+func cutOwner(v string) (token, rest string, ok bool) {
+	if len(v) < 2 || len(v)-2 < int(v[1]) {
+		return "", v, false
+	}
+	n := 2 + int(v[1])
+	return v[2:n], v[n:], true
 }
 
 func checkToken(token string) error {
@@ -73,12 +99,18 @@ func checkToken(token string) error {
 	return nil
 }
 
-// encodeInFlight returns the value of a claim.
-func encodeInFlight(token string, fp [32]byte, created time.Time) []byte {
+// encodeInFlight returns the value of a claim, in the current format
+// (version 2).
+func encodeInFlight(token string, fp [32]byte, created, expires time.Time) []byte {
 	b := make([]byte, 0, 2+len(token)+inFlightFixed)
-	b = appendOwner(b, token)
+	b = appendOwner(b, tagInFlightV2, token)
 	b = append(b, fp[:]...)
-	return binary.BigEndian.AppendUint64(b, uint64(unixNano(created)))
+	b = binary.BigEndian.AppendUint64(b, uint64(unixNano(created)))
+	return appendTime(b, expires)
+}
+
+func appendTime(b []byte, t time.Time) []byte {
+	return binary.BigEndian.AppendUint64(b, uint64(unixNano(t)))
 }
 
 // inFlight is a decoded claim.
@@ -86,32 +118,47 @@ type inFlight struct {
 	token       string
 	fingerprint [32]byte
 	created     time.Time
+	// expires is when the claim's life ends, on the claimer's clock; zero
+	// for a version 1 claim, which does not say.
+	expires time.Time
 }
 
-// decodeInFlight reads a claim's value.
+// decodeInFlight reads a claim's value, of either version.
 func decodeInFlight(v string) (inFlight, error) {
 	var f inFlight
-	if len(v) < 2 || v[0] != tagInFlightV1 {
+	var fixed int
+	switch {
+	case len(v) == 0:
+		return f, unreadable(v)
+	case v[0] == tagInFlightV2:
+		fixed = inFlightFixed
+	case v[0] == tagInFlightV1:
+		fixed = inFlightV1Fixed
+	default:
 		return f, unreadable(v)
 	}
-	n := int(v[1])
-	if len(v) != 2+n+inFlightFixed {
+	token, rest, ok := cutOwner(v)
+	if !ok || len(rest) != fixed {
 		return f, fmt.Errorf("%w: claim of %d bytes", ErrUnreadable, len(v))
 	}
-	f.token = v[2 : 2+n]
-	rest := v[2+n:]
+	f.token = token
 	copy(f.fingerprint[:], rest[:32])
 	f.created = fromUnixNano(int64(be64(rest[32:])))
+	if fixed == inFlightFixed {
+		f.expires = fromUnixNano(int64(be64(rest[expiresOffset:])))
+	}
 	return f, nil
 }
 
-// encodeRecord returns the value of a kept response.
-func encodeRecord(rec *store.Record) ([]byte, error) {
+// encodeRecord returns the value of a response kept under token, in the
+// current format (version 2).
+func encodeRecord(rec *store.Record, token string) ([]byte, error) {
 	if rec.Status < 0 || rec.Status > 0xffff {
 		return nil, fmt.Errorf("idemkey: redis: status %d out of range", rec.Status)
 	}
 	names := make([]string, 0, len(rec.Header))
-	size := recordFixed + len(rec.Body)
+	head := 2 + len(token) + recordFixed
+	size := head + len(rec.Body)
 	for name, vals := range rec.Header {
 		if len(name) > 0xffff || len(vals) > 0xffff {
 			return nil, fmt.Errorf("idemkey: redis: header %.40q too large to keep", name)
@@ -123,15 +170,18 @@ func encodeRecord(rec *store.Record) ([]byte, error) {
 		}
 	}
 	slices.Sort(names)
-	b := make([]byte, recordFixed, size)
-	b[0] = tagRecordV1
+	b := make([]byte, 0, size)
+	b = appendOwner(b, tagRecordV2, token)
+	var flags byte
 	if rec.BodyOmitted {
-		b[1] = flagBodyOmitted
+		flags |= flagBodyOmitted
 	}
-	binary.BigEndian.PutUint16(b[2:], uint16(rec.Status))
-	copy(b[4:36], rec.Fingerprint[:])
-	binary.BigEndian.PutUint64(b[36:], uint64(unixNano(rec.CreatedAt)))
-	binary.BigEndian.PutUint64(b[44:], uint64(unixNano(rec.CompletedAt)))
+	b = append(b, flags)
+	b = binary.BigEndian.AppendUint16(b, uint16(rec.Status))
+	b = append(b, rec.Fingerprint[:]...)
+	b = binary.BigEndian.AppendUint64(b, uint64(unixNano(rec.CreatedAt)))
+	b = binary.BigEndian.AppendUint64(b, uint64(unixNano(rec.CompletedAt)))
+	b = append(b, 0, 0, 0, 0) // header block length, set below
 	for _, name := range names {
 		vals := rec.Header[name]
 		b = binary.BigEndian.AppendUint16(b, uint16(len(name)))
@@ -142,35 +192,57 @@ func encodeRecord(rec *store.Record) ([]byte, error) {
 			b = append(b, v...)
 		}
 	}
-	hlen := len(b) - recordFixed
+	hlen := len(b) - head
 	if uint64(hlen) > 0xffffffff {
 		return nil, errors.New("idemkey: redis: headers too large to keep")
 	}
-	binary.BigEndian.PutUint32(b[52:], uint32(hlen))
+	binary.BigEndian.PutUint32(b[head-4:], uint32(hlen))
 	return append(b, rec.Body...), nil
 }
 
-// decodeRecord reads a kept response. Header names and values share the
-// memory of v; the body is a copy.
-func decodeRecord(v string) (*store.Record, error) {
-	if len(v) == 0 || v[0] != tagRecordV1 {
-		return nil, unreadable(v)
+// decodeRecord reads a kept response, of either version, and returns the
+// token it was kept under ("" for version 1, which did not keep it). Header
+// names and values share the memory of v; the body is a copy.
+func decodeRecord(v string) (rec *store.Record, token string, err error) {
+	var rest string
+	switch {
+	case len(v) == 0:
+		return nil, "", unreadable(v)
+	case v[0] == tagRecordV2:
+		var ok bool
+		if token, rest, ok = cutOwner(v); !ok {
+			return nil, "", fmt.Errorf("%w: record of %d bytes", ErrUnreadable, len(v))
+		}
+	case v[0] == tagRecordV1:
+		rest = v[1:]
+	default:
+		return nil, "", unreadable(v)
 	}
+	rec, err = decodeRecordFields(rest)
+	if err != nil {
+		return nil, "", err
+	}
+	return rec, token, nil
+}
+
+// decodeRecordFields reads a record from its flags to the end: the part
+// every version shares.
+func decodeRecordFields(v string) (*store.Record, error) {
 	if len(v) < recordFixed {
-		return nil, fmt.Errorf("%w: record of %d bytes", ErrUnreadable, len(v))
+		return nil, fmt.Errorf("%w: record cut short", ErrUnreadable)
 	}
-	flags := v[1]
+	flags := v[0]
 	if flags&^flagBodyOmitted != 0 {
 		return nil, fmt.Errorf("%w: record flags %#x", ErrUnreadable, flags)
 	}
 	rec := &store.Record{
-		Status:      int(be16(v[2:])),
+		Status:      int(be16(v[1:])),
 		BodyOmitted: flags&flagBodyOmitted != 0,
-		CreatedAt:   fromUnixNano(int64(be64(v[36:]))),
-		CompletedAt: fromUnixNano(int64(be64(v[44:]))),
+		CreatedAt:   fromUnixNano(int64(be64(v[35:]))),
+		CompletedAt: fromUnixNano(int64(be64(v[43:]))),
 	}
-	copy(rec.Fingerprint[:], v[4:36])
-	hlen := uint64(be32(v[52:]))
+	copy(rec.Fingerprint[:], v[3:35])
+	hlen := uint64(be32(v[51:]))
 	if hlen > uint64(len(v)-recordFixed) {
 		return nil, fmt.Errorf("%w: header block overruns the record", ErrUnreadable)
 	}

@@ -42,7 +42,7 @@ func ExampleNew() {
 
 	// A second request with the same key while the first runs.
 	res, _ = st.Claim(ctx, key, store.Claim{Token: "token-b", Fingerprint: [32]byte{1}, TTL: 35 * time.Second})
-	fmt.Println(res.State, res.TTL)
+	fmt.Println(res.State, res.TTL.Round(time.Second))
 
 	// The first request keeps its response; repeats replay it.
 	rec := &store.Record{Status: 201, Body: []byte(`{"id":7}`), Fingerprint: [32]byte{1}}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -29,22 +30,37 @@ const faultBudget = 300 * time.Millisecond
 // margin for a loaded machine.
 const bound = faultBudget + 2*time.Second
 
-// clientConfigs are the two ways a caller may build the client: as the
-// package documentation recommends, and without ContextTimeoutEnabled,
-// where the store bounds the call on its own.
-var clientConfigs = []struct {
-	name        string
-	ctxTimeouts bool
-}{
-	{"ContextTimeoutEnabled", true},
-	{"NoContextTimeouts", false},
+// clientConfig is a way a caller may build the client and the store.
+type clientConfig struct {
+	name         string
+	ctxTimeouts  bool // ContextTimeoutEnabled
+	autoPipeline bool // WithAutoPipeline
 }
 
-func faultStore(t *testing.T, addr string, ctxTimeouts bool) (*redis.Store, *goredis.Client) {
+var (
+	// recommended is the client the package documentation recommends.
+	recommended = clientConfig{name: "ContextTimeoutEnabled", ctxTimeouts: true}
+	// pipelined sends the store's commands through the automatic pipeliner.
+	pipelined = clientConfig{name: "AutoPipeline", ctxTimeouts: true, autoPipeline: true}
+	// clientConfigs are the three: as recommended, without
+	// ContextTimeoutEnabled (where the store bounds each call on its own),
+	// and automatically pipelined.
+	clientConfigs = []clientConfig{recommended, {name: "NoContextTimeouts"}, pipelined}
+)
+
+// options returns the store options of cfg.
+func (cfg clientConfig) options() []redis.Option {
+	if cfg.autoPipeline {
+		return []redis.Option{redis.WithAutoPipeline()}
+	}
+	return nil
+}
+
+func faultStore(t *testing.T, addr string, cfg clientConfig) (*redis.Store, *goredis.Client) {
 	t.Helper()
-	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: ctxTimeouts, PoolSize: 8})
+	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: cfg.ctxTimeouts, PoolSize: 8})
 	t.Cleanup(func() { c.Close() })
-	st := newStore(t, c, redis.WithCallTimeout(faultBudget))
+	st := newStore(t, c, append(cfg.options(), redis.WithCallTimeout(faultBudget))...)
 	// Load the scripts, so that a fault hits the path a warm server takes.
 	k, cl := newKey(), newClaim(9)
 	mustClaim(t, st, k, cl, store.Claimed)
@@ -64,7 +80,7 @@ func TestFaultKilledBeforeClaim(t *testing.T) {
 	for _, cfg := range clientConfigs {
 		t.Run(cfg.name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
-			st, _ := faultStore(t, srv.Addr, cfg.ctxTimeouts)
+			st, _ := faultStore(t, srv.Addr, cfg)
 			srv.Kill()
 			var err error
 			d := timed(func() { _, err = st.Claim(context.Background(), newKey(), newClaim(1)) })
@@ -86,7 +102,7 @@ func TestFaultFrozenDuringClaim(t *testing.T) {
 	for _, cfg := range clientConfigs {
 		t.Run(cfg.name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
-			st, _ := faultStore(t, srv.Addr, cfg.ctxTimeouts)
+			st, _ := faultStore(t, srv.Addr, cfg)
 			key, a := newKey(), newClaim(1)
 			srv.Freeze()
 			var err error
@@ -126,7 +142,7 @@ func TestFaultFrozenDuringComplete(t *testing.T) {
 	for _, cfg := range clientConfigs {
 		t.Run(cfg.name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
-			st, _ := faultStore(t, srv.Addr, cfg.ctxTimeouts)
+			st, _ := faultStore(t, srv.Addr, cfg)
 			ctx := context.Background()
 			key, a := newKey(), newClaim(1)
 			mustClaim(t, st, key, a, store.Claimed)
@@ -164,8 +180,14 @@ func TestFaultFrozenDuringComplete(t *testing.T) {
 }
 
 func TestFaultClientPauseWrite(t *testing.T) {
+	for _, cfg := range []clientConfig{recommended, pipelined} {
+		t.Run(cfg.name, func(t *testing.T) { testClientPauseWrite(t, cfg) })
+	}
+}
+
+func testClientPauseWrite(t *testing.T, cfg clientConfig) {
 	srv := redistest.StartServer(t)
-	st, _ := faultStore(t, srv.Addr, true)
+	st, _ := faultStore(t, srv.Addr, cfg)
 	ctx := context.Background()
 	done, held, a := newKey(), newKey(), newClaim(1)
 	mustClaim(t, st, held, a, store.Claimed)
@@ -173,42 +195,69 @@ func TestFaultClientPauseWrite(t *testing.T) {
 	if err := st.Complete(ctx, done, a.Token, record("done", 1), time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := redistest.Do(srv.Addr, "CLIENT", "PAUSE", "5000", "WRITE"); err != nil {
+	if _, err := redistest.Do(srv.Addr, "CLIENT", "PAUSE", "2000", "WRITE"); err != nil {
 		t.Fatal(err)
 	}
-	key := newKey()
+	key, b := newKey(), newClaim(2)
 	var err error
-	d := timed(func() { _, err = st.Claim(ctx, key, newClaim(2)) })
+	d := timed(func() { _, err = st.Claim(ctx, key, b) })
 	t.Logf("CLIENT PAUSE WRITE: claim failed after %v: %v", d.Round(time.Millisecond), err)
 	checkUnavailable(t, "claim", err)
 	if d > bound {
 		t.Errorf("claim took %v during a pause, budget %v", d, faultBudget)
 	}
-	// Scripts count as writes, so a replay waits for the pause too.
-	_, err = st.Claim(ctx, done, newClaim(1))
-	t.Logf("CLIENT PAUSE WRITE: replay: %v", err)
+	// SET is a write, so a replay waits for the pause too.
+	d = timed(func() { _, err = st.Claim(ctx, done, newClaim(1)) })
+	t.Logf("CLIENT PAUSE WRITE: replay failed after %v: %v", d.Round(time.Millisecond), err)
 	checkUnavailable(t, "replay claim", err)
 
 	if _, err := redistest.Do(srv.Addr, "CLIENT", "UNPAUSE"); err != nil {
 		t.Fatal(err)
 	}
-	// The paused claim's connection was closed at the deadline, so the
-	// server dropped the command instead of running it after the pause. A
-	// write sent after UNPAUSE on a new connection is served after any
+	// A write sent after UNPAUSE on a new connection is served after any
 	// command the pause held back.
 	if _, err := redistest.Do(srv.Addr, "SET", "marker", "1"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := redistest.Do(srv.Addr, "EXISTS", key); err != nil || n != "0" {
-		t.Fatalf("a claim reported failed appeared after the pause (EXISTS = %q, %v)", n, err)
+	if !cfg.autoPipeline {
+		// The paused claim's connection was closed at the deadline, so
+		// the server dropped the command instead of running it after the
+		// pause.
+		if n, err := redistest.Do(srv.Addr, "EXISTS", key); err != nil || n != "0" {
+			t.Fatalf("a claim reported failed appeared after the pause (EXISTS = %q, %v)", n, err)
+		}
+		mustClaim(t, st, key, newClaim(2), store.Claimed)
+	} else {
+		// The pipeliner does not stop a command it has sent: the claim
+		// reported failed may run once the pause ends. The key then holds
+		// that claim (nobody's: the caller was told it failed) until its
+		// life ends, or nothing; never anything else.
+		var res store.Result
+		waitUntil(t, func() bool {
+			res, err = st.Claim(ctx, key, newClaim(3))
+			return err == nil
+		})
+		switch {
+		case res.State == store.Claimed:
+			t.Logf("after the pause: the failed claim never landed")
+		case res.State == store.InFlight && res.Fingerprint == b.Fingerprint:
+			t.Logf("after the pause: the failed claim landed late and holds the key for its life (%v left)", res.TTL.Round(time.Millisecond))
+		default:
+			t.Fatalf("after the pause: %v with fingerprint %x", res.State, res.Fingerprint[:1])
+		}
 	}
-	mustClaim(t, st, key, newClaim(2), store.Claimed)
 	mustClaim(t, st, held, newClaim(1), store.InFlight)
 }
 
 func TestFaultMaxmemory(t *testing.T) {
+	for _, cfg := range []clientConfig{recommended, pipelined} {
+		t.Run(cfg.name, func(t *testing.T) { testMaxmemory(t, cfg) })
+	}
+}
+
+func testMaxmemory(t *testing.T, cfg clientConfig) {
 	srv := redistest.StartServer(t, "--maxmemory", "3mb", "--maxmemory-policy", "noeviction")
-	st, c := faultStore(t, srv.Addr, true)
+	st, c := faultStore(t, srv.Addr, cfg)
 	ctx := context.Background()
 	done, held, a := newKey(), newKey(), newClaim(1)
 	mustClaim(t, st, done, a, store.Claimed)
@@ -268,16 +317,23 @@ func TestFaultMaxmemory(t *testing.T) {
 }
 
 func TestFaultLostClaimReply(t *testing.T) {
+	for _, cfg := range []clientConfig{recommended, pipelined} {
+		t.Run(cfg.name, func(t *testing.T) { testLostClaimReply(t, cfg) })
+	}
+}
+
+func testLostClaimReply(t *testing.T, cfg clientConfig) {
 	addr := redistest.Start(t)
 	for _, retries := range []int{3, -1} {
-		p := newDropProxy(t, addr, "evalsha")
+		// The marker is in the claim's token.
+		p := newDropProxy(t, addr, "lost-reply")
 		c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: retries})
 		t.Cleanup(func() { c.Close() })
-		st := newStore(t, c)
-		mustClaim(t, st, newKey(), newClaim(1), store.Claimed) // load the script
+		st := newStore(t, c, cfg.options()...)
 		outcomes := make(map[string]int)
 		for range 10 {
 			key, a := newKey(), newClaim(1)
+			a.Token = "lost-reply-" + randomHex(8)
 			p.DropNextReply()
 			res, err := st.Claim(context.Background(), key, a)
 			if p.Dropped() == 0 {
@@ -306,8 +362,80 @@ func TestFaultLostClaimReply(t *testing.T) {
 	}
 }
 
+// TestFaultLostFinishReply drops the reply to a complete, and to a release,
+// after the server ran it. go-redis resends the script on a new connection;
+// the resent call finds its own earlier write (the record kept under its
+// token, or the key already free) and answers as the first did. With
+// retries off, the call fails with ErrUnavailable, and the write stands.
+func TestFaultLostFinishReply(t *testing.T) {
+	for _, cfg := range []clientConfig{recommended, pipelined} {
+		t.Run(cfg.name, func(t *testing.T) { testLostFinishReply(t, cfg) })
+	}
+}
+
+func testLostFinishReply(t *testing.T, cfg clientConfig) {
+	addr := redistest.Start(t)
+	for _, retries := range []int{3, -1} {
+		// The marker is in the body of the record that complete sends, and
+		// in the token that release sends; the claim before each (which
+		// carries the token too) is sent before the proxy is armed.
+		p := newDropProxy(t, addr, "lost-reply")
+		c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: retries})
+		t.Cleanup(func() { c.Close() })
+		st := newStore(t, c, cfg.options()...)
+		ctx := context.Background()
+		// Load the scripts, so that the dropped reply is the script's own
+		// and not a NOSCRIPT.
+		for _, finish := range []func(key, token string) error{
+			func(key, token string) error { return st.Complete(ctx, key, token, record("warm", 1), time.Minute) },
+			func(key, token string) error { return st.Release(ctx, key, token) },
+		} {
+			k, w := newKey(), newClaim(1)
+			mustClaim(t, st, k, w, store.Claimed)
+			if err := finish(k, w.Token); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, op := range []string{"complete", "release"} {
+			t.Run(fmt.Sprintf("%s/MaxRetries=%d", op, retries), func(t *testing.T) {
+				key, a := newKey(), newClaim(1)
+				a.Token = "lost-reply-" + randomHex(8)
+				mustClaim(t, st, key, a, store.Claimed)
+				rec := record("lost-reply", 1)
+				p.DropNextReply()
+				var err error
+				if op == "complete" {
+					err = st.Complete(ctx, key, a.Token, rec, time.Minute)
+				} else {
+					err = st.Release(ctx, key, a.Token)
+				}
+				if p.Dropped() == 0 {
+					t.Fatal("proxy dropped no reply")
+				}
+				p.Reset()
+				t.Logf("lost %s reply, MaxRetries %d: %v", op, retries, err)
+				if retries > 0 && err != nil {
+					t.Errorf("%s resent after a lost reply: %v, want nil", op, err)
+				}
+				if retries < 0 {
+					checkUnavailable(t, op, err)
+				}
+				// The first call landed, whatever the caller heard.
+				if op == "complete" {
+					res := mustClaim(t, st, key, newClaim(1), store.Completed)
+					if string(res.Record.Body) != "lost-reply" {
+						t.Errorf("kept body %q", res.Record.Body)
+					}
+				} else {
+					mustClaim(t, st, key, newClaim(2), store.Claimed)
+				}
+			})
+		}
+	}
+}
+
 func TestFaultLapsedClaim(t *testing.T) {
-	st, _ := faultStore(t, redistest.Start(t), true)
+	st, _ := faultStore(t, redistest.Start(t), recommended)
 	ctx := context.Background()
 	key, a, b := newKey(), newClaim(1), newClaim(2)
 	a.TTL = 50 * time.Millisecond

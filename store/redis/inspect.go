@@ -41,7 +41,7 @@ func DecodeValue(v string) (Value, error) {
 		}
 		return Value{State: st, Fingerprint: f.fingerprint, CreatedAt: f.created, Size: len(v)}, nil
 	}
-	rec, err := decodeRecord(v)
+	rec, _, err := decodeRecord(v)
 	if err != nil {
 		return Value{}, err
 	}
@@ -58,9 +58,9 @@ func StateOf(prefix string) (store.State, error) {
 		return 0, fmt.Errorf("%w: empty value", ErrUnreadable)
 	}
 	switch prefix[0] {
-	case tagInFlightV1:
+	case tagInFlightV1, tagInFlightV2:
 		return store.InFlight, nil
-	case tagRecordV1:
+	case tagRecordV1, tagRecordV2:
 		return store.Completed, nil
 	}
 	return 0, unreadable(prefix)

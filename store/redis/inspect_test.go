@@ -2,8 +2,11 @@ package redis_test
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"net/http"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,7 +78,7 @@ func TestDecodeValue(t *testing.T) {
 func TestDecodeValueUnreadable(t *testing.T) {
 	for name, v := range map[string]string{
 		"empty":          "",
-		"later version":  "\x21rest",
+		"later version":  "\x31rest",
 		"unknown kind":   "\x13",
 		"short claim":    "\x11\x05ab",
 		"short record":   "\x12\x00\x00",
@@ -88,5 +91,31 @@ func TestDecodeValueUnreadable(t *testing.T) {
 	}
 	if _, err := redis.StateOf(""); !errors.Is(err, redis.ErrUnreadable) {
 		t.Errorf("StateOf(\"\") error %v", err)
+	}
+}
+
+// TestDecodeValueV1Record reads a record in the version 1 format, which
+// earlier releases wrote and which stays in Redis for its retention after
+// an upgrade: operators' tools must keep showing it.
+func TestDecodeValueV1Record(t *testing.T) {
+	raw, err := os.ReadFile("testdata/record-v1.hex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := hex.DecodeString(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := redis.DecodeValue(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != store.Completed || got.Record == nil || got.Record.Status != 201 ||
+		got.Record.Header.Get("Location") != "/orders/42" || got.Size != len(b) ||
+		!got.CreatedAt.Equal(time.Unix(1767225600, 123456789)) {
+		t.Errorf("v1 record decoded as %+v", got)
+	}
+	if st, err := redis.StateOf(string(b[:1])); err != nil || st != store.Completed {
+		t.Errorf("StateOf(v1 record's first byte) = %v, %v", st, err)
 	}
 }

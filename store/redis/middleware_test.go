@@ -2,9 +2,11 @@ package redis_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/idemkey/idemkey/internal/redistest"
 	"github.com/idemkey/idemkey/middleware"
+	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/redis"
 )
 
@@ -31,17 +34,21 @@ func orderHandler(runs *atomic.Int64) http.Handler {
 }
 
 func TestMiddlewareExactlyOnce(t *testing.T) {
-	for _, backend := range []string{"standalone", "cluster"} {
-		t.Run(backend, func(t *testing.T) {
-			var c goredis.UniversalClient
+	for _, run := range []struct {
+		backend string
+		cfg     clientConfig
+	}{{"standalone", recommended}, {"cluster", recommended}, {"standalone", pipelined}, {"cluster", pipelined}} {
+		backend, cfg := run.backend, run.cfg
+		t.Run(backend+"/"+cfg.name, func(t *testing.T) {
+			var rc goredis.UniversalClient
 			if backend == "cluster" {
 				cl := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: sharedCluster(t).Addrs(), ContextTimeoutEnabled: true, PoolSize: 64})
 				t.Cleanup(func() { cl.Close() })
-				c = cl
+				rc = cl
 			} else {
-				c = newClient(t, redistest.Start(t))
+				rc = newClient(t, redistest.Start(t))
 			}
-			m, err := middleware.New(newStore(t, c))
+			m, err := middleware.New(newStore(t, rc, cfg.options()...))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +99,7 @@ func TestMiddlewareExactlyOnce(t *testing.T) {
 
 func TestMiddlewareRedisDown(t *testing.T) {
 	srv := redistest.StartServer(t)
-	st, _ := faultStore(t, srv.Addr, true)
+	st, _ := faultStore(t, srv.Addr, recommended)
 	m, err := middleware.New(st)
 	if err != nil {
 		t.Fatal(err)
@@ -138,5 +145,68 @@ func TestMiddlewareWaitReplicasRefused(t *testing.T) {
 	h.ServeHTTP(w, r)
 	if w.Code != http.StatusServiceUnavailable || runs.Load() != 0 {
 		t.Fatalf("status %d, handler runs %d; want 503 and no run", w.Code, runs.Load())
+	}
+}
+
+// TestMiddlewareLostCompleteReply drops the reply to the keep of a first
+// run's response, after Redis kept it: go-redis resends the complete, which
+// finds the record kept under its own token. The middleware reports the
+// response kept, not ownership lost, and repeats replay it.
+func TestMiddlewareLostCompleteReply(t *testing.T) {
+	marker := "lost-reply-" + randomHex(8)
+	p := newDropProxy(t, redistest.Start(t), marker)
+	c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	var mu sync.Mutex
+	var events []middleware.Event
+	m, err := middleware.New(newStore(t, c), middleware.WithObserver(func(_ *http.Request, e middleware.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, e)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	h := m.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(marker)) // the keep's request carries the marker
+	}))
+	key := "order-" + randomHex(8)
+	send := func() *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/orders", bytes.NewBufferString(`{}`))
+		r.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	// Load the scripts, so that the dropped reply is the script's own and
+	// not a NOSCRIPT.
+	st := newStore(t, c)
+	k, w := newKey(), newClaim(1)
+	mustClaim(t, st, k, w, store.Claimed)
+	if err := st.Complete(context.Background(), k, w.Token, record("warm", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	p.DropNextReply()
+	if w := send(); w.Code != http.StatusCreated || w.Body.String() != marker {
+		t.Fatalf("first run: %d %q", w.Code, w.Body.String())
+	}
+	if p.Dropped() == 0 {
+		t.Fatal("proxy dropped no reply")
+	}
+	mu.Lock()
+	kinds := make([]middleware.EventKind, len(events))
+	for i, e := range events {
+		kinds[i] = e.Kind
+	}
+	mu.Unlock()
+	t.Logf("events after a lost keep reply: %v", kinds)
+	if !slices.Contains(kinds, middleware.EventKept) || slices.Contains(kinds, middleware.EventOwnershipLost) {
+		t.Errorf("events %v, want kept and no ownership lost", kinds)
+	}
+	if w := send(); w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" || runs.Load() != 1 {
+		t.Errorf("repeat: %d replayed %q, handler runs %d; want a replay and one run", w.Code, w.Header().Get("Idempotent-Replayed"), runs.Load())
 	}
 }

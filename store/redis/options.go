@@ -3,13 +3,17 @@ package redis
 import (
 	"fmt"
 	"time"
+
+	"github.com/idemkey/idemkey/internal/option"
 )
 
 // DefaultCallTimeout is the time budget of one store call when
 // WithCallTimeout is not given.
 const DefaultCallTimeout = 300 * time.Millisecond
 
-// Option configures a Store. Options are applied in order by New.
+// Option configures a Store. New applies options in order (a later option
+// overrides an earlier one of the same kind) and returns an error naming
+// every invalid value and nil option; no option panics.
 type Option func(*config) error
 
 type config struct {
@@ -17,14 +21,26 @@ type config struct {
 	waitReplicas int
 	waitTimeout  time.Duration
 	evictionWarn bool
+	// ctxTimeouts, when not nil, is what WithContextTimeouts said.
+	ctxTimeouts  *bool
+	autoPipeline bool
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{callTimeout: DefaultCallTimeout}
+	return c, option.Apply("idemkey: redis", &c, opts)
 }
 
 // WithCallTimeout sets the time budget of every store call (Claim, Complete,
 // Release, Extend, and each step of Check): the call returns an error
-// wrapping store.ErrUnavailable once d has passed, however many times
-// go-redis retries and even when the server hangs. The caller's context
-// still applies when its deadline is sooner. Default DefaultCallTimeout
-// (300 ms); d must be positive.
+// wrapping store.ErrUnavailable once d has passed (at most 5 ms later: the
+// calls of a process share one timer per 5 ms slot instead of one each),
+// however many times go-redis retries and even when the server hangs. The
+// caller's context applies instead when its deadline is sooner, so a
+// caller that bounds a request's store calls with one deadline pays for no
+// timer at all. A call does not start when its context is already done;
+// once started, it ends at its answer or its budget. Default
+// DefaultCallTimeout (300 ms); d must be positive.
 //
 // Set ContextTimeoutEnabled in the go-redis options: then go-redis itself
 // stops at the deadline and closes the connection. Without it the store
@@ -34,7 +50,7 @@ type config struct {
 func WithCallTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("idemkey: redis: call timeout %v, want > 0", d)
+			return fmt.Errorf("WithCallTimeout(%v): the budget must be positive", d)
 		}
 		c.callTimeout = d
 		return nil
@@ -52,10 +68,12 @@ func WithCallTimeout(d time.Duration) Option {
 //
 // n must be at least 1 and timeout at least 1 ms (WAIT's 0, "forever", is
 // not allowed). The WAIT has a budget of its own: the call budget plus
-// timeout. The mode needs a *redis.Client (standalone or from
-// NewFailoverClient) or a *redis.ClusterClient, which New checks: WAIT
-// counts the writes of one connection, so the claim and its WAIT run on a
-// connection the store pins to the key's master.
+// timeout. WAIT counts the writes of one connection, so the claim and its
+// WAIT run on a connection the store pins to the key's master: the mode
+// needs a client that can pin one, which New checks. A *redis.Client
+// (standalone or from NewFailoverClient) pins with Conn, a
+// *redis.ClusterClient with MasterForKey; so does a wrapper that has either
+// method, as one that embeds the client does.
 //
 // A claim answered Mine (resent after a lost reply) is waited for too, but
 // the write happened on the connection that lost the reply, so that WAIT
@@ -63,11 +81,8 @@ func WithCallTimeout(d time.Duration) Option {
 // connection's earlier writes.
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("idemkey: redis: wait for %d replicas, want >= 1", n)
-		}
-		if timeout < time.Millisecond {
-			return fmt.Errorf("idemkey: redis: replica wait timeout %v, want >= 1ms", timeout)
+		if n < 1 || timeout < time.Millisecond {
+			return fmt.Errorf("WithWaitReplicas(%d, %v): want at least 1 replica and a timeout of at least 1ms", n, timeout)
 		}
 		c.waitReplicas, c.waitTimeout = n, timeout
 		return nil
@@ -83,6 +98,47 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 func WithEvictionWarning() Option {
 	return func(c *config) error {
 		c.evictionWarn = true
+		return nil
+	}
+}
+
+// WithContextTimeouts tells the store whether its client stops socket reads
+// and writes at a context's deadline, as go-redis does when
+// ContextTimeoutEnabled is set, for a client that New cannot ask.
+//
+// By default New asks the client: a client with an Options method that
+// returns *redis.Options, *redis.ClusterOptions or *redis.RingOptions (the
+// go-redis clients, and a wrapper that embeds one) reports its
+// ContextTimeoutEnabled. Any other client (a wrapper that keeps the go-redis
+// client in a field of its own) is taken not to stop at deadlines, and the
+// store bounds each call itself: correct, but each call then costs a
+// goroutine, and a command abandoned at the deadline may still reach the
+// server (see the package documentation). Give WithContextTimeouts(true)
+// for such a wrapper when the client under it has ContextTimeoutEnabled;
+// WithContextTimeouts(false) makes the store bound calls itself whatever
+// the client says.
+func WithContextTimeouts(enabled bool) Option {
+	return func(c *config) error {
+		c.ctxTimeouts = &enabled
+		return nil
+	}
+}
+
+// WithAutoPipeline sends the store's commands through the client's
+// automatic pipeliner (go-redis's AsyncAutoPipeline, which New asks the
+// client for): the commands of concurrent requests go out together, in one
+// write and one read per batch instead of one each, which saves both the
+// service and Redis most of the system calls of a round trip. Off by
+// default: see the package documentation ("Automatic pipelining") for what
+// it costs and what changes. The client must support it (a *redis.Client,
+// including a Sentinel failover client, or a *redis.ClusterClient; not a
+// *redis.Ring), which New checks.
+//
+// go-redis marks automatic pipelining experimental: its API may change in a
+// later go-redis release.
+func WithAutoPipeline() Option {
+	return func(c *config) error {
+		c.autoPipeline = true
 		return nil
 	}
 }

@@ -1,11 +1,19 @@
 -- Delete the claim on KEYS[1], if the caller holds it.
 --
--- ARGV[1]  the owner prefix (tag, token length, token)
+-- ARGV[1]  the caller's claim prefix (in-flight tag, token length, token)
 --
--- Returns 1 when the claim was deleted, 0 when the caller does not hold it.
+-- Returns 1 when the claim was deleted, and when the key holds nothing (a
+-- resent release whose first reply was lost, or a claim that lapsed: the key
+-- is free, as asked); 0 when another owner's claim or a record holds it.
+-- GETRANGE answers "" for a missing key, and the store never writes an
+-- empty value.
 local p = ARGV[1]
-if redis.call('GETRANGE', KEYS[1], 0, #p - 1) ~= p then
-  return 0
+local v = redis.call('GETRANGE', KEYS[1], 0, #p - 1)
+if v == p then
+  redis.call('DEL', KEYS[1])
+  return 1
 end
-redis.call('DEL', KEYS[1])
-return 1
+if v == '' then
+  return 1
+end
+return 0

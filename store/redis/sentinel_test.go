@@ -30,6 +30,8 @@ func TestSentinelFailover(t *testing.T) {
 	}{
 		{"Async", nil},
 		{"WaitReplicas", []redis.Option{redis.WithWaitReplicas(1, 100*time.Millisecond)}},
+		{"AutoPipeline", []redis.Option{redis.WithAutoPipeline()}},
+		{"WaitReplicasAutoPipeline", []redis.Option{redis.WithWaitReplicas(1, 100*time.Millisecond), redis.WithAutoPipeline()}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			ss := redistest.StartSentinel(t, redistest.SentinelConfig{DownAfter: time.Second, FailoverTimeout: 3 * time.Second})
@@ -45,7 +47,7 @@ func TestSentinelFailover(t *testing.T) {
 			if err != nil || len(rep.Nodes) != 1 || rep.Nodes[0].MaxmemoryPolicy != "noeviction" || rep.Persistent {
 				t.Fatalf("Check through the FailoverClient: %+v, %v", rep, err)
 			}
-			runFailover(t, ss, st, mode.opts != nil)
+			runFailover(t, ss, st, strings.HasPrefix(mode.name, "WaitReplicas"))
 		})
 	}
 }

@@ -12,12 +12,11 @@ import (
 	"github.com/idemkey/idemkey/store"
 )
 
-// The scripts that change a key. Each touches KEYS[1] alone and runs with
-// EVALSHA, falling back to EVAL when the server does not have it cached (a
-// restart, a failover, a new cluster node), so nothing is loaded ahead.
+// The scripts that change a key after its claim. Each touches KEYS[1] alone
+// and runs with EVALSHA, falling back to EVAL when the server does not have
+// it cached (a restart, a failover, a new cluster node), so nothing is
+// loaded ahead. The claim itself is a plain SET ... NX GET.
 var (
-	//go:embed claim.lua
-	claimSource string
 	//go:embed complete.lua
 	completeSource string
 	//go:embed release.lua
@@ -25,11 +24,15 @@ var (
 	//go:embed extend.lua
 	extendSource string
 
-	claimScript    = goredis.NewScript(claimSource)
-	completeScript = goredis.NewScript(completeSource)
-	releaseScript  = goredis.NewScript(releaseSource)
-	extendScript   = goredis.NewScript(extendSource)
+	completeScript = newScript(completeSource)
+	releaseScript  = newScript(releaseSource)
+	extendScript   = newScript(extendSource)
 )
+
+// script is a Lua script and its SHA-1, as EVALSHA names it.
+type script struct{ src, sha string }
+
+func newScript(src string) script { return script{src: src, sha: goredis.NewScript(src).Hash()} }
 
 // ErrNotReplicated reports that fewer replicas than WithWaitReplicas asks
 // for acknowledged a claim in time. Claim returns it wrapped together with
@@ -41,6 +44,8 @@ var ErrNotReplicated = errors.New("idemkey: redis: claim not acknowledged by eno
 // closes it; Store has no Close.
 type Store struct {
 	client      goredis.UniversalClient
+	ap          *goredis.AutoPipeliner // WithAutoPipeline: the client's shared, deferred face
+	now         func() time.Time       // stamps claims; tests move it with the server's clock
 	timeout     time.Duration
 	ctxTimeouts bool // go-redis stops socket reads at the context's deadline
 	wait        int
@@ -48,62 +53,106 @@ type Store struct {
 	evictWarn   bool
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Extender = (*Store)(nil)
+)
 
 // New returns a Store on client: a *redis.Client (standalone, or from
 // NewFailoverClient for Sentinel), a *redis.ClusterClient, or any other
-// UniversalClient. See the package documentation for the client options to
-// use. It returns an error for a nil client or an invalid option, and when
-// WithWaitReplicas is given with a client that cannot pin a connection.
+// UniversalClient, such as an instrumentation wrapper. See the package
+// documentation for the client options to use. It returns an error naming
+// every problem it finds: a nil client, each invalid or nil option, and
+// WithWaitReplicas with a client that cannot pin a connection.
 func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
+	cfg, err := newConfig(opts)
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if client == nil {
-		return nil, errors.New("idemkey: redis: nil client")
+		errs = append(errs, errors.New("idemkey: redis: nil client"))
+	} else if cfg.waitReplicas > 0 && !canPin(client) {
+		errs = append(errs, fmt.Errorf("idemkey: redis: WithWaitReplicas needs a client that can pin a connection (Conn or MasterForKey), not %T", client))
 	}
-	cfg := config{callTimeout: DefaultCallTimeout}
-	for _, o := range opts {
-		if o == nil {
-			return nil, errors.New("idemkey: redis: nil option")
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
+	var ap *goredis.AutoPipeliner
+	if client != nil && cfg.autoPipeline {
+		if ap, err = client.AsyncAutoPipeline(); err != nil {
+			errs = append(errs, fmt.Errorf("idemkey: redis: WithAutoPipeline: the client cannot pipeline automatically: %w", err))
 		}
 	}
-	if cfg.waitReplicas > 0 {
-		switch client.(type) {
-		case *goredis.Client, *goredis.ClusterClient:
-		default:
-			return nil, fmt.Errorf("idemkey: redis: WithWaitReplicas needs a *redis.Client or *redis.ClusterClient, not %T", client)
-		}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	ctxTimeouts := contextTimeouts(client)
+	if cfg.ctxTimeouts != nil {
+		ctxTimeouts = *cfg.ctxTimeouts
 	}
 	return &Store{
 		client:      client,
+		ap:          ap,
+		now:         time.Now,
 		timeout:     cfg.callTimeout,
-		ctxTimeouts: contextTimeouts(client),
+		ctxTimeouts: ctxTimeouts,
 		wait:        cfg.waitReplicas,
 		waitTimeout: cfg.waitTimeout,
 		evictWarn:   cfg.evictionWarn,
 	}, nil
 }
 
-// contextTimeouts reports whether client stops socket reads and writes at
-// a context's deadline. Unknown client types are assumed not to.
+// contextTimeouts reports whether client says it stops socket reads and
+// writes at a context's deadline, through the Options method of the
+// go-redis clients (which a wrapper that embeds one has too). A client
+// that does not say is taken not to.
 func contextTimeouts(client goredis.UniversalClient) bool {
 	switch c := client.(type) {
-	case *goredis.Client:
+	case clientOptions:
 		return c.Options().ContextTimeoutEnabled
-	case *goredis.ClusterClient:
+	case clusterOptions:
 		return c.Options().ContextTimeoutEnabled
-	case *goredis.Ring:
+	case ringOptions:
 		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// The go-redis clients' Options methods, which tell ContextTimeoutEnabled.
+type (
+	clientOptions  interface{ Options() *goredis.Options }
+	clusterOptions interface {
+		Options() *goredis.ClusterOptions
+	}
+	ringOptions interface{ Options() *goredis.RingOptions }
+)
+
+// Clients that can give a connection of their own to the master of a key.
+type (
+	connPinner interface{ Conn() *goredis.Conn }
+	nodePinner interface {
+		MasterForKey(ctx context.Context, key string) (*goredis.Client, error)
+	}
+)
+
+func canPin(client goredis.UniversalClient) bool {
+	switch client.(type) {
+	case connPinner, nodePinner:
+		return true
 	}
 	return false
 }
 
 // Claim claims key for c.Token with a life of c.TTL, or reports what holds
 // it, in one round trip (two in the WithWaitReplicas mode, when the claim
-// is made). Backend failures wrap store.ErrUnavailable; a value this
-// version cannot read is ErrUnreadable. c.TTL is rounded up to whole
-// milliseconds and must be positive; c.Token must be 1 to MaxTokenLen bytes.
+// is made): SET key claim PX ttl NX GET, which answers nil when it claimed
+// the key and otherwise the value that holds it. Backend failures wrap
+// store.ErrUnavailable; a value this version cannot read is ErrUnreadable.
+// c.TTL is rounded up to whole milliseconds and must be positive; c.Token
+// must be 1 to MaxTokenLen bytes.
+//
+// A server out of memory (maxmemory under noeviction) refuses every SET,
+// one that would not write included: Claim then reads the key with GET, so
+// that a key which holds a record or a claim is still answered, and a free
+// key gets the OOM error.
 func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Result, error) {
 	if err := checkToken(c.Token); err != nil {
 		return store.Result{}, err
@@ -112,23 +161,37 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	if err != nil {
 		return store.Result{}, err
 	}
-	val := encodeInFlight(c.Token, c.Fingerprint, time.Now())
-	var sc goredis.Scripter = s.client
+	if err := ctx.Err(); err != nil {
+		return store.Result{}, unavailable("claim", err) // send nothing for a caller who has gone
+	}
 	var conn *goredis.Conn
 	if s.wait > 0 {
 		if conn, err = s.pin(ctx, key); err != nil {
 			return store.Result{}, unavailable("claim", err)
 		}
 		defer conn.Close()
-		sc = conn
 	}
-	reply, err := s.run(ctx, s.timeout, sc, claimScript, key, val, 2+len(c.Token), ttl)
-	if err != nil {
+	now := s.now()
+	val := encodeInFlight(c.Token, c.Fingerprint, now, now.Add(time.Duration(ttl)*time.Millisecond))
+	bctx := clock.budget(ctx, s.timeout)
+	cmd := goredis.NewStringCmd(bctx, "set", key, val, "px", ttl, "nx", "get")
+	err = s.exec(bctx, conn, cmd)
+	if err != nil && err != goredis.Nil && goredis.HasErrorPrefix(err, "OOM") {
+		get := goredis.NewStringCmd(bctx, "get", key)
+		if gerr := s.exec(bctx, conn, get); gerr == nil {
+			cmd, err = get, nil // the key holds a value: answer from it
+		}
+	}
+	var res store.Result
+	switch {
+	case err == goredis.Nil:
+		res = store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}
+	case err != nil:
 		return store.Result{}, unavailable("claim", err)
-	}
-	res, err := claimResult(reply, c)
-	if err != nil {
-		return store.Result{}, fmt.Errorf("idemkey: redis: claim: %w", err)
+	default:
+		if res, err = s.held(bctx, conn, key, cmd.Val(), c.Token, now); err != nil {
+			return store.Result{}, fmt.Errorf("idemkey: redis: claim: %w", err)
+		}
 	}
 	if conn != nil && (res.State == store.Claimed || res.State == store.Mine) {
 		if err := s.waitReplicas(ctx, conn, key, c.Token); err != nil {
@@ -138,45 +201,49 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	return res, nil
 }
 
-// claimResult reads the claim script's reply.
-func claimResult(reply any, c store.Claim) (store.Result, error) {
-	switch r := reply.(type) {
-	case int64:
-		switch r {
-		case 1:
-			return store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}, nil
-		case 2:
-			return store.Result{State: store.Mine, Fingerprint: c.Fingerprint}, nil
-		}
-	case string:
-		rec, err := decodeRecord(r)
+// held reads the value a claim found on key: a record, the caller's own
+// claim (a claim resent after its reply was lost finds what it wrote), or
+// another request's claim. now is the caller's clock when it claimed.
+func (s *Store) held(ctx context.Context, conn *goredis.Conn, key, v, token string, now time.Time) (store.Result, error) {
+	if len(v) > 0 && v[0]%16 == kindRecord {
+		rec, _, err := decodeRecord(v)
 		if err != nil {
 			return store.Result{}, err
 		}
 		return store.Result{State: store.Completed, Fingerprint: rec.Fingerprint, Record: rec}, nil
-	case []any:
-		if len(r) != 2 {
-			break
-		}
-		pttl, ok1 := r[0].(int64)
-		v, ok2 := r[1].(string)
-		if !ok1 || !ok2 {
-			break
-		}
-		f, err := decodeInFlight(v)
-		if err != nil {
-			return store.Result{}, err
-		}
-		return store.Result{State: store.InFlight, Fingerprint: f.fingerprint, TTL: time.Duration(max(pttl, 0)) * time.Millisecond}, nil
 	}
-	return store.Result{}, fmt.Errorf("%w: claim reply %T %v", ErrUnreadable, reply, reply)
+	f, err := decodeInFlight(v)
+	if err != nil {
+		return store.Result{}, err
+	}
+	if f.token == token {
+		return store.Result{State: store.Mine, Fingerprint: f.fingerprint}, nil
+	}
+	res := store.Result{State: store.InFlight, Fingerprint: f.fingerprint, ClaimedAt: f.created}
+	if f.expires.IsZero() {
+		// A version 1 claim does not carry its expiry: ask the server.
+		cmd := goredis.NewIntCmd(ctx, "pttl", key)
+		if err := s.exec(ctx, conn, cmd); err != nil {
+			return store.Result{}, unavailable("claim", err)
+		}
+		res.TTL = time.Duration(max(cmd.Val(), 1)) * time.Millisecond
+		return res, nil
+	}
+	// The claim's life as the claimer's clock sees it, in whole
+	// milliseconds as PTTL would say: at least one (the key is there), at
+	// most its whole life.
+	ttl := (f.expires.Sub(now) + time.Millisecond - 1).Truncate(time.Millisecond)
+	res.TTL = min(max(ttl, time.Millisecond), f.expires.Sub(f.created))
+	return res, nil
 }
 
 // Complete replaces the claim held by token with rec, kept for retention
 // (rounded up to whole milliseconds; must be positive), in one round trip.
-// It returns store.ErrNotOwner when token does not hold the claim, and an
-// error wrapping store.ErrUnavailable when the backend fails: then the
-// record may or may not have been kept.
+// The record keeps token, so that a Complete resent after a lost reply finds
+// its own record and returns nil without writing. It returns
+// store.ErrNotOwner when token neither holds the claim nor kept the record,
+// and an error wrapping store.ErrUnavailable when the backend fails: then
+// the record may or may not have been kept.
 func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Record, retention time.Duration) error {
 	if err := checkToken(token); err != nil {
 		return err
@@ -188,22 +255,24 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	if err != nil {
 		return err
 	}
-	val, err := encodeRecord(rec)
+	val, err := encodeRecord(rec, token)
 	if err != nil {
 		return err
 	}
-	reply, err := s.run(ctx, s.timeout, s.client, completeScript, key, ownerPrefix(token), val, ms)
+	reply, err := s.run(ctx, completeScript, key, ownerPrefix(token), val, ms)
 	return ownerResult("complete", reply, err)
 }
 
-// Release deletes the claim held by token, in one round trip. It returns
-// store.ErrNotOwner when token does not hold the claim, and an error
-// wrapping store.ErrUnavailable when the backend fails.
+// Release deletes the claim held by token, in one round trip. It returns nil
+// when the key holds nothing (a Release resent after a lost reply, or a
+// claim that lapsed), store.ErrNotOwner when another token holds the key or
+// it holds a record, and an error wrapping store.ErrUnavailable when the
+// backend fails.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkToken(token); err != nil {
 		return err
 	}
-	reply, err := s.run(ctx, s.timeout, s.client, releaseScript, key, ownerPrefix(token))
+	reply, err := s.run(ctx, releaseScript, key, ownerPrefix(token))
 	return ownerResult("release", reply, err)
 }
 
@@ -219,7 +288,8 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	if err != nil {
 		return err
 	}
-	reply, err := s.run(ctx, s.timeout, s.client, extendScript, key, ownerPrefix(token), ms)
+	expires := appendTime(nil, s.now().Add(time.Duration(ms)*time.Millisecond))
+	reply, err := s.run(ctx, extendScript, key, ownerPrefix(token), ms, expires)
 	return ownerResult("extend", reply, err)
 }
 
@@ -250,20 +320,64 @@ func millis(what string, d time.Duration) (int64, error) {
 	return int64((d + time.Millisecond - 1) / time.Millisecond), nil
 }
 
-// run runs script on key within budget d.
-func (s *Store) run(ctx context.Context, d time.Duration, sc goredis.Scripter, script *goredis.Script, key string, args ...any) (any, error) {
+// processor sends a command: the client, or a connection pinned for WAIT.
+type processor interface {
+	Process(ctx context.Context, cmd goredis.Cmder) error
+}
+
+// run runs sc on key with args, within the call budget: EVALSHA, and EVAL
+// when the server does not have the script cached.
+func (s *Store) run(ctx context.Context, sc script, key string, args ...any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // send nothing for a caller who has gone
 	}
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	keys := []string{key}
-	if s.ctxTimeouts {
-		return script.Run(ctx, sc, keys, args...).Result()
+	ctx = clock.budget(ctx, s.timeout)
+	cmd := evalCmd(ctx, "evalsha", sc.sha, key, args)
+	err := s.exec(ctx, nil, cmd)
+	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = evalCmd(ctx, "eval", sc.src, key, args)
+		err = s.exec(ctx, nil, cmd)
 	}
-	return bounded(ctx, func(ctx context.Context) (any, error) {
-		return script.Run(ctx, sc, keys, args...).Result()
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Val(), nil
+}
+
+// evalCmd returns the command that runs a script (name is "eval" or
+// "evalsha") on key, which go-redis routes by key in a cluster.
+func evalCmd(ctx context.Context, name, script, key string, args []any) *goredis.Cmd {
+	a := make([]any, 0, 4+len(args))
+	a = append(a, name, script, 1, key)
+	a = append(a, args...)
+	cmd := goredis.NewCmd(ctx, a...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// exec sends cmd, through conn when it is not nil (a connection pinned for
+// WAIT), and returns its error once it is answered or ctx (a call's
+// budget) is done, whichever comes first. After an error of ctx, cmd may
+// still be in flight: do not read it.
+func (s *Store) exec(ctx context.Context, conn *goredis.Conn, cmd goredis.Cmder) error {
+	var p processor = s.client
+	switch {
+	case conn != nil:
+		p = conn
+	case s.ap != nil:
+		// The pipeliner runs the command on its own context: wait for it
+		// no longer than the budget.
+		return s.ap.Submit(ctx, cmd).WaitContext(ctx)
+	}
+	if s.ctxTimeouts {
+		p.Process(ctx, cmd)
+		return cmd.Err()
+	}
+	_, err := bounded(ctx, func(ctx context.Context) (any, error) {
+		p.Process(ctx, cmd)
+		return nil, cmd.Err()
 	})
+	return err
 }
 
 // bounded runs f and returns its answer, or ctx's error as soon as ctx is
@@ -291,9 +405,9 @@ func bounded(ctx context.Context, f func(context.Context) (any, error)) (any, er
 // that WAIT follows the claim on the connection that wrote it.
 func (s *Store) pin(ctx context.Context, key string) (*goredis.Conn, error) {
 	switch c := s.client.(type) {
-	case *goredis.Client:
+	case connPinner:
 		return c.Conn(), nil
-	case *goredis.ClusterClient:
+	case nodePinner:
 		ctx, cancel := context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 		node, err := c.MasterForKey(ctx, key)

@@ -3,10 +3,12 @@ package redis_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,11 +49,34 @@ func newStore(t testing.TB, c goredis.UniversalClient, opts ...redis.Option) *re
 	return st
 }
 
-// miniStore returns a store on a fresh miniredis.
-func miniStore(t *testing.T, opts ...redis.Option) (*redis.Store, *miniredis.Miniredis) {
+// mini is a miniredis whose FastForward also moves the clock of the stores
+// on it (see miniStore): claims carry their expiry on the claimer's clock.
+type mini struct {
+	*miniredis.Miniredis
+	offset atomic.Int64
+}
+
+func newMini(t *testing.T) *mini { return &mini{Miniredis: miniredis.RunT(t)} }
+
+func (m *mini) FastForward(d time.Duration) {
+	m.Miniredis.FastForward(d)
+	m.offset.Add(int64(d))
+}
+
+func (m *mini) now() time.Time { return time.Now().Add(time.Duration(m.offset.Load())) }
+
+// store returns a store on m whose clock moves with m's.
+func (m *mini) store(t testing.TB, opts ...redis.Option) *redis.Store {
+	st := newStore(t, newClient(t, m.Addr()), opts...)
+	redis.SetClock(st, m.now)
+	return st
+}
+
+// miniStore returns a store on a fresh miniredis, with one clock.
+func miniStore(t *testing.T, opts ...redis.Option) (*redis.Store, *mini) {
 	t.Helper()
-	mr := miniredis.RunT(t)
-	return newStore(t, newClient(t, mr.Addr()), opts...), mr
+	mr := newMini(t)
+	return mr.store(t, opts...), mr
 }
 
 func randomHex(n int) string {
@@ -143,15 +168,24 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("replay = %+v", res.Record)
 		}
 	}
-	// A record is no claim: nobody, its writer included, can touch it.
+	// A record is no claim: nobody, its writer included, can change it. A
+	// second complete by the writer finds its own record and counts as kept
+	// (it is what a resent complete sees), writing nothing.
+	kept, _ := mr.Get(key)
+	if err := st.Complete(ctx, key, a.Token, record("again", 1), time.Minute); err != nil {
+		t.Errorf("complete of its own record by the writer: %v, want nil", err)
+	}
 	for name, err := range map[string]error{
-		"complete": st.Complete(ctx, key, a.Token, record("again", 1), time.Hour),
-		"release":  st.Release(ctx, key, a.Token),
-		"extend":   st.Extend(ctx, key, a.Token, time.Minute),
+		"complete by a stranger": st.Complete(ctx, key, b.Token, record("again", 2), time.Hour),
+		"release":                st.Release(ctx, key, a.Token),
+		"extend":                 st.Extend(ctx, key, a.Token, time.Minute),
 	} {
 		if !errors.Is(err, store.ErrNotOwner) {
 			t.Errorf("%s of a record: %v, want ErrNotOwner", name, err)
 		}
+	}
+	if v, _ := mr.Get(key); v != kept || mr.TTL(key) != time.Hour {
+		t.Errorf("record changed: TTL %v", mr.TTL(key))
 	}
 	mr.FastForward(time.Hour)
 	mustClaim(t, st, key, b, store.Claimed)
@@ -169,8 +203,10 @@ func TestRelease(t *testing.T) {
 	if mr.Exists(key) {
 		t.Fatal("released claim still stored")
 	}
-	if err := st.Release(ctx, key, a.Token); !errors.Is(err, store.ErrNotOwner) {
-		t.Errorf("second release: %v, want ErrNotOwner", err)
+	// A second release finds the key free, as it asks: what a resent
+	// release sees.
+	if err := st.Release(ctx, key, a.Token); err != nil {
+		t.Errorf("second release: %v, want nil", err)
 	}
 	if err := st.Complete(ctx, key, a.Token, record("x", 1), time.Hour); !errors.Is(err, store.ErrNotOwner) {
 		t.Errorf("complete after release: %v, want ErrNotOwner", err)
@@ -254,8 +290,8 @@ func TestUnreadableValue(t *testing.T) {
 	st, mr := miniStore(t)
 	ctx := context.Background()
 	for name, v := range map[string]string{
-		"future record": "\x22\x00" + strings.Repeat("x", 60),
-		"future claim":  "\x21\x03tok" + strings.Repeat("x", 40),
+		"future record": "\x32\x03tok\x00" + strings.Repeat("x", 60),
+		"future claim":  "\x31\x03tok" + strings.Repeat("x", 40),
 		"damaged":       "\x12\x00\x00",
 	} {
 		key := newKey()
@@ -355,8 +391,8 @@ func TestNew(t *testing.T) {
 		"sub-ms wait":       redis.WithWaitReplicas(1, time.Microsecond),
 		"negative replicas": redis.WithWaitReplicas(-1, time.Second),
 	} {
-		if _, err := redis.New(c, o); err == nil {
-			t.Errorf("%s accepted", name)
+		if _, err := redis.New(c, o); err == nil || !strings.HasPrefix(err.Error(), "idemkey: redis: ") {
+			t.Errorf("%s: error %v, want one prefixed idemkey: redis:", name, err)
 		}
 	}
 	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": mr.Addr()}})
@@ -367,7 +403,80 @@ func TestNew(t *testing.T) {
 	if _, err := redis.New(ring); err != nil {
 		t.Errorf("Ring without WAIT refused: %v", err)
 	}
-	if _, err := redis.New(c, redis.WithCallTimeout(time.Second), redis.WithWaitReplicas(1, time.Second), redis.WithEvictionWarning()); err != nil {
+	if _, err := redis.New(ring, redis.WithAutoPipeline()); err == nil {
+		t.Error("WithAutoPipeline accepted a Ring, which go-redis cannot pipeline automatically")
+	}
+	if _, err := redis.New(c, redis.WithAutoPipeline()); err != nil {
+		t.Errorf("WithAutoPipeline refused a Client: %v", err)
+	}
+	if _, err := redis.New(c, redis.WithCallTimeout(time.Second), redis.WithWaitReplicas(1, time.Second),
+		redis.WithEvictionWarning(), redis.WithContextTimeouts(true)); err != nil {
 		t.Errorf("valid options refused: %v", err)
+	}
+}
+
+// TestNewReportsEveryProblem: one call to New names every invalid option,
+// every nil option (by position) and a nil client, not only the first.
+func TestNewReportsEveryProblem(t *testing.T) {
+	_, err := redis.New(nil,
+		redis.WithCallTimeout(-time.Second),
+		nil,
+		redis.WithEvictionWarning(),
+		redis.WithWaitReplicas(0, time.Second),
+	)
+	if err == nil {
+		t.Fatal("New accepted a nil client and three bad options")
+	}
+	for _, want := range []string{"nil client", "WithCallTimeout(-1s)", "option 2 is nil", "WithWaitReplicas(0, 1s)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	t.Logf("New: %v", err)
+}
+
+// TestClaimFindsV1Claim: a claim written by an earlier release (version 1,
+// which does not carry its expiry) is reported in flight, its remaining
+// life asked of the server.
+func TestClaimFindsV1Claim(t *testing.T) {
+	st, mr := miniStore(t)
+	key := newKey()
+	created := time.Unix(1767225600, 0)
+	// tag, owner, fingerprint {7, 0, ...}, created-at
+	b := []byte{0x11, 3, 'o', 'l', 'd', 7}
+	b = append(b, make([]byte, 31)...)
+	b = binary.BigEndian.AppendUint64(b, uint64(created.UnixNano()))
+	mr.Set(key, string(b))
+	mr.SetTTL(key, 20*time.Second)
+	res := mustClaim(t, st, key, newClaim(1), store.InFlight)
+	if res.Fingerprint != [32]byte{7} || !res.ClaimedAt.Equal(created) || res.TTL != 20*time.Second {
+		t.Errorf("v1 claim found as %+v, want fingerprint 07.., claimed at %v, 20s left", res, created)
+	}
+	// Its owner's token is an earlier release's: no caller of this one
+	// can complete or release it.
+	if err := st.Complete(context.Background(), key, "old", record("x", 7), time.Hour); !errors.Is(err, store.ErrNotOwner) {
+		t.Errorf("complete of a v1 claim: %v, want ErrNotOwner", err)
+	}
+}
+
+// TestExtendMovesExpiry: the remaining life an in-flight answer reports
+// comes from the claim's value, which Extend rewrites with the key's TTL.
+func TestExtendMovesExpiry(t *testing.T) {
+	st, mr := miniStore(t)
+	ctx := context.Background()
+	key, a := newKey(), newClaim(1)
+	mustClaim(t, st, key, a, store.Claimed)
+	for _, life := range []time.Duration{time.Hour, 2 * time.Second} {
+		if err := st.Extend(ctx, key, a.Token, life); err != nil {
+			t.Fatal(err)
+		}
+		mr.FastForward(time.Second)
+		res := mustClaim(t, st, key, newClaim(2), store.InFlight)
+		// The store's clock also moves with real time, which miniredis's
+		// TTLs do not: allow for the time the test itself takes.
+		want := life - time.Second
+		if res.TTL > want || res.TTL < want-time.Second || mr.TTL(key) != want {
+			t.Errorf("extended to %v, a second later: reported %v, key's TTL %v; want %v", life, res.TTL, mr.TTL(key), want)
+		}
 	}
 }

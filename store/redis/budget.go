@@ -1,0 +1,102 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Every store call has a time budget (WithCallTimeout). A context.WithTimeout
+// per call would cost a timer, its heap operations and three allocations on
+// every call. Instead a call runs under:
+//
+//   - the caller's context itself, when its deadline comes no later than
+//     the budget's end: a caller that bounds all its store calls with one
+//     deadline pays nothing more;
+//   - otherwise a budgetCtx: the budget's deadline, which go-redis puts on
+//     the socket (ContextTimeoutEnabled), and a Done channel shared by every
+//     call whose budget ends in the same slot of slotWidth, closed by one
+//     timer for the whole process. Done closes at most slotWidth after the
+//     deadline; go-redis waits on it only for a pooled connection and
+//     between retries, and the store when it bounds a call itself.
+//
+// A budgetCtx carries the caller's values but not its cancellation: the
+// store checks the caller's context when a call starts, and a call under
+// way then ends at its answer or at its budget, well under a second.
+
+// slotWidth is the granularity of the shared deadlines.
+const slotWidth = 5 * time.Millisecond
+
+// slot is one shared deadline: done closes when the slot ends.
+type slot struct {
+	n    int64 // the slot ends at n*slotWidth, in Unix nanoseconds
+	done chan struct{}
+}
+
+// slotClock hands out the slot that ends at or after a given time.
+type slotClock struct {
+	last  atomic.Pointer[slot] // the slot handed out last: the usual answer
+	mu    sync.Mutex
+	slots map[int64]*slot // slots not yet ended
+}
+
+// clock is shared by every Store of the process.
+var clock slotClock
+
+// after returns the slot that ends at the first slot boundary at or after t.
+func (c *slotClock) after(t time.Time) *slot {
+	n := (t.UnixNano() + int64(slotWidth) - 1) / int64(slotWidth)
+	if s := c.last.Load(); s != nil && s.n == n {
+		return s
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.slots[n]
+	if s == nil {
+		if c.slots == nil {
+			c.slots = make(map[int64]*slot)
+		}
+		s = &slot{n: n, done: make(chan struct{})}
+		c.slots[n] = s
+		time.AfterFunc(time.Until(time.Unix(0, n*int64(slotWidth))), func() {
+			c.mu.Lock()
+			delete(c.slots, n)
+			c.mu.Unlock()
+			close(s.done)
+		})
+	}
+	c.last.Store(s)
+	return s
+}
+
+// budgetCtx is the context of a store call: the caller's values, the
+// budget's deadline, and a shared Done.
+type budgetCtx struct {
+	values   context.Context
+	deadline time.Time
+	done     chan struct{}
+}
+
+func (c *budgetCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *budgetCtx) Done() <-chan struct{}       { return c.done }
+func (c *budgetCtx) Value(key any) any           { return c.values.Value(key) }
+
+func (c *budgetCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// budget returns the context a call with budget d runs under (see above).
+// The caller has checked that ctx is not done.
+func (c *slotClock) budget(ctx context.Context, d time.Duration) context.Context {
+	end := time.Now().Add(d)
+	if dl, ok := ctx.Deadline(); ok && !dl.After(end) {
+		return ctx
+	}
+	return &budgetCtx{values: ctx, deadline: end, done: c.after(end).done}
+}
