@@ -1,0 +1,84 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkey/idemkey/internal/pgtest"
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/postgres"
+)
+
+// newPool returns a pool on url with room for maxConns connections, closed
+// when the test ends.
+func newPool(t testing.TB, url string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// sharedPool returns a pool on the shared server (DATABASE_URL, or the
+// local one), skipping the test without one (failing it under CI).
+func sharedPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return newPool(t, pgtest.Shared(t), 80)
+}
+
+// newTable creates a table of the test's own, with a random name, and
+// drops it when the test ends: tests on a shared server never touch
+// anything else.
+func newTable(t testing.TB, pool *pgxpool.Pool) string {
+	t.Helper()
+	var b [6]byte
+	rand.Read(b[:])
+	name := "idemkey_test_" + hex.EncodeToString(b[:])
+	if err := postgres.Migrate(context.Background(), pool, postgres.WithTable(name)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
+			t.Logf("dropping the test's table %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// newStore returns a Store on a fresh table of pool's database, without
+// the background sweeper unless opts ask for one, and with a wide call
+// budget: these tests check what the store does on a machine that may be
+// busy (and under the race detector); the fault tests check the budget.
+func newStore(t testing.TB, pool *pgxpool.Pool, opts ...postgres.Option) (*postgres.Store, string) {
+	t.Helper()
+	table := newTable(t, pool)
+	opts = append([]postgres.Option{postgres.WithTable(table), postgres.WithSweepInterval(0),
+		postgres.WithCallTimeout(10 * time.Second)}, opts...)
+	st, err := postgres.New(context.Background(), pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, table
+}
+
+func newKey() string { return store.KeyName("pgtest", rand.Text()) }
+
+func newClaim(fp byte) store.Claim {
+	return store.Claim{Token: rand.Text(), Fingerprint: [32]byte{fp}, TTL: time.Minute}
+}

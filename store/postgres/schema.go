@@ -1,0 +1,100 @@
+package postgres
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// SchemaSQL is the table the store needs, as schema.sql in this package
+// holds it, under DefaultTable: a migration tool can apply it as it is.
+//
+//go:embed schema.sql
+var SchemaSQL string
+
+// indexSuffix names the table's index: "<table>_expires_at".
+const indexSuffix = "_expires_at"
+
+// columns are the table's columns, in the order the store reads them; New
+// checks that the table has them all.
+const columns = "key, token, fingerprint, created_at, expires_at, lock_id, status, header, body, body_omitted, completed_at"
+
+// Schema returns SchemaSQL for the table named as WithTable takes it
+// ("name" or "schema.name"), with its index named "<name>_expires_at" in
+// the table's schema. The statements use IF NOT EXISTS: applying them to a
+// database that has the table changes nothing.
+func Schema(table string) (string, error) {
+	id, err := parseTable(table)
+	if err != nil {
+		return "", fmt.Errorf("idemkey: postgres: %w", err)
+	}
+	return schemaFor(id), nil
+}
+
+func schemaFor(id pgx.Identifier) string {
+	index := pgx.Identifier{id[len(id)-1] + indexSuffix}.Sanitize()
+	s := strings.ReplaceAll(SchemaSQL, DefaultTable+indexSuffix, index)
+	return strings.ReplaceAll(s, " "+DefaultTable+" ", " "+id.Sanitize()+" ")
+}
+
+// migrateLock is the transaction-level advisory lock Migrate holds, so that
+// instances starting together do not race to create the table (two
+// concurrent CREATE TABLE IF NOT EXISTS can both try, and one fails).
+const migrateLock = 0x6964656d6b6579 // "idemkey"
+
+// Migrate creates the store's table and index in the database when they do
+// not exist, in one transaction, for services that have no migration tool.
+// Of the options only WithTable matters; the others are accepted so that
+// the same list can be passed to New. Services with a migration tool apply
+// SchemaSQL (or what Schema returns) as a migration instead; see the
+// package documentation.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
+	if pool == nil {
+		return errors.New("idemkey: postgres: nil pool")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
+			return err
+		}
+		// No arguments: the simple protocol, which runs both statements.
+		_, err := tx.Exec(ctx, schemaFor(cfg.table))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("idemkey: postgres: creating table %s: %w", cfg.table.Sanitize(), err)
+	}
+	return nil
+}
+
+// checkTable fails unless the table exists with every column the store
+// uses.
+func checkTable(ctx context.Context, pool *pgxpool.Pool, table pgx.Identifier) error {
+	rows, err := pool.Query(ctx, "SELECT "+columns+" FROM "+table.Sanitize()+" LIMIT 0")
+	if err == nil {
+		rows.Close()
+		err = rows.Err()
+	}
+	if err == nil {
+		return nil
+	}
+	name := table.Sanitize()
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		switch pgErr.Code {
+		case "42P01": // undefined_table
+			return fmt.Errorf("idemkey: postgres: table %s does not exist: create it with postgres.Migrate, or apply postgres.SchemaSQL with your migration tool", name)
+		case "42703": // undefined_column
+			return fmt.Errorf("idemkey: postgres: table %s is not the store's table (%s): compare it with postgres.SchemaSQL", name, pgErr.Message)
+		}
+	}
+	return fmt.Errorf("idemkey: postgres: checking table %s: %w", name, err)
+}

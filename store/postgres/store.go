@@ -1,0 +1,450 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkey/idemkey/internal/option"
+	"github.com/idemkey/idemkey/store"
+)
+
+// Store keeps claims and records in a PostgreSQL table, one row per
+// idempotency key. It is safe for concurrent use. The pool belongs to the
+// caller, who closes it after closing the Store.
+type Store struct {
+	pool          *pgxpool.Pool
+	sql           statements
+	table         string // sanitized, for messages
+	timeout       time.Duration
+	commitTimeout time.Duration
+	begin         string // the BEGIN of a request's transaction
+	sweepBatch    int
+	lockID        func() int64
+
+	stop      chan struct{}
+	stopOnce  sync.Once
+	sweepDone chan struct{}
+}
+
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Extender = (*Store)(nil)
+	_ store.TxStore  = (*Store)(nil)
+)
+
+// maxAttempts bounds how often one call runs its statement when the answer
+// says the row changed under it (a claim racing another, or a takeover
+// lost): each attempt sees a state that settled after the last, so a few
+// are plenty.
+const maxAttempts = 5
+
+// New returns a Store on pool. It checks, within ctx, that the table
+// (WithTable; default DefaultTable) exists with the schema's columns, and
+// returns an error that says how to create it when it does not. It starts
+// the background sweeper unless WithSweepInterval(0) is given; Close stops
+// it. It returns an error for a nil pool and for any invalid option.
+//
+// Size the pool for the requests served at once: a transactional request
+// holds one connection for its handler's whole run (see the package
+// documentation).
+func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("idemkey: postgres: nil pool")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTable(ctx, pool, cfg.table); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		pool:          pool,
+		sql:           newStatements(cfg.table),
+		table:         cfg.table.Sanitize(),
+		timeout:       cfg.callTimeout,
+		commitTimeout: cfg.commitTimeout,
+		begin:         beginSQL(cfg.txOptions),
+		sweepBatch:    cfg.sweepBatch,
+		lockID:        cfg.lockID,
+		stop:          make(chan struct{}),
+		sweepDone:     make(chan struct{}),
+	}
+	if cfg.sweepInterval > 0 {
+		go s.sweepEvery(cfg.sweepInterval)
+	} else {
+		close(s.sweepDone)
+	}
+	return s, nil
+}
+
+func newConfig(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	if err := option.Apply("idemkey: postgres", &cfg, opts); err != nil {
+		return config{}, err
+	}
+	return cfg, nil
+}
+
+// beginSQL is the BEGIN statement for o.
+func beginSQL(o pgx.TxOptions) string {
+	s := "BEGIN"
+	if o.IsoLevel != "" {
+		s += " ISOLATION LEVEL " + string(o.IsoLevel)
+	}
+	if o.AccessMode != "" {
+		s += " " + string(o.AccessMode)
+	}
+	if o.DeferrableMode != "" {
+		s += " " + string(o.DeferrableMode)
+	}
+	return s
+}
+
+// Close stops the background sweeper and waits for a sweep in progress to
+// end. It does not close the pool. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.stopOnce.Do(func() { close(s.stop) })
+	<-s.sweepDone
+	return nil
+}
+
+// row is the answer of a claim statement.
+type row struct {
+	inserted    bool
+	token       *string
+	fingerprint []byte
+	createdAt   *time.Time
+	remaining   *int64 // µs
+	lockID      *int64
+	status      *int16
+	header      []byte
+	body        []byte
+	omitted     *bool
+	completedAt *time.Time
+	flag        *bool // locked (inserted) or owner gone (found)
+}
+
+func (r *row) scan(rows pgx.Rows) error {
+	return rows.Scan(&r.inserted, &r.token, &r.fingerprint, &r.createdAt, &r.remaining, &r.lockID,
+		&r.status, &r.header, &r.body, &r.omitted, &r.completedAt, &r.flag)
+}
+
+// queryClaim runs a claim statement on q and returns its row, or false
+// when it returned none.
+func queryClaim(ctx context.Context, q querier, sql string, args ...any) (row, bool, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return row{}, false, err
+	}
+	defer rows.Close()
+	var r row
+	if !rows.Next() {
+		return r, false, rows.Err()
+	}
+	if err := r.scan(rows); err != nil {
+		return r, false, err
+	}
+	rows.Close()
+	return r, true, rows.Err()
+}
+
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// result reads a found row (not inserted) as the claim's answer. It does
+// not decide Mine or a takeover; the callers do.
+func (r *row) result() (store.Result, error) {
+	var res store.Result
+	if len(r.fingerprint) != len(res.Fingerprint) {
+		return res, fmt.Errorf("%w: fingerprint of %d bytes", ErrUnreadable, len(r.fingerprint))
+	}
+	copy(res.Fingerprint[:], r.fingerprint)
+	if r.status == nil {
+		res.State = store.InFlight
+		res.TTL = time.Duration(*r.remaining) * time.Microsecond
+		res.ClaimedAt = *r.createdAt
+		return res, nil
+	}
+	h, err := decodeHeader(r.header)
+	if err != nil {
+		return store.Result{}, err
+	}
+	rec := &store.Record{
+		Status:      int(*r.status),
+		Header:      h,
+		Body:        r.body,
+		BodyOmitted: r.omitted != nil && *r.omitted,
+		Fingerprint: res.Fingerprint,
+		CreatedAt:   *r.createdAt,
+	}
+	if r.completedAt != nil {
+		rec.CompletedAt = *r.completedAt
+	}
+	res.State, res.Record = store.Completed, rec
+	return res, nil
+}
+
+// lapsed reports whether a found row's life is over.
+func (r *row) lapsed() bool { return *r.remaining <= 0 }
+
+// Claim claims key for c.Token with a life of c.TTL, or reports what holds
+// it, in one round trip: one statement that inserts the claim unless the
+// key is taken and otherwise returns the row that took it. A row whose life
+// is over is taken over by a second statement; a claim that raced another
+// for the same key may run its statement again (see the package
+// documentation). Backend failures wrap store.ErrUnavailable; a row this
+// version cannot read is ErrUnreadable. c.TTL is rounded up to whole
+// microseconds and must be positive; c.Token must not be empty.
+//
+// A claim made by ClaimTx that is still in flight is answered InFlight
+// until its life ends, even when its owner is gone: only ClaimTx, which
+// holds a session of its own, tells a gone owner from a live one.
+func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Result, error) {
+	ttl, err := checkClaim(c)
+	if err != nil {
+		return store.Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return store.Result{}, unavailable("claim", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	for range maxAttempts {
+		r, ok, err := queryClaim(ctx, s.pool, s.sql.claim, key, c.Token, c.Fingerprint[:], ttl)
+		if err != nil {
+			return store.Result{}, unavailable("claim", err)
+		}
+		switch {
+		case !ok:
+			continue // raced a claim that committed after the snapshot
+		case r.inserted:
+			return store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}, nil
+		case r.lapsed():
+			taken, _, err := s.takeover(ctx, s.pool, key, c, ttl, *r.token, false, nil)
+			if err != nil {
+				return store.Result{}, unavailable("claim", err)
+			}
+			if taken {
+				return store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}, nil
+			}
+			continue // someone else took it over, or swept it: ask again
+		}
+		res, err := r.result()
+		if err != nil {
+			return store.Result{}, fmt.Errorf("idemkey: postgres: claim: %w", err)
+		}
+		if res.State == store.InFlight && *r.token == c.Token {
+			return store.Result{State: store.Mine, Fingerprint: res.Fingerprint}, nil
+		}
+		return res, nil
+	}
+	return store.Result{}, unavailable("claim", errors.New("the key kept changing while it was claimed"))
+}
+
+// takeover runs takeoverSQL: it reports whether the row was taken over,
+// and, with a lock id, whether its lock was taken.
+func (s *Store) takeover(ctx context.Context, q querier, key string, c store.Claim, ttl int64, oldToken string, ownerGone bool, lockID *int64) (taken, locked bool, err error) {
+	var l *bool
+	err = q.QueryRow(ctx, s.sql.takeover, key, c.Token, c.Fingerprint[:], ttl, lockID, oldToken, ownerGone).Scan(&l)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, err
+	}
+	return true, l != nil && *l, nil
+}
+
+// Complete replaces the claim held by token with rec, kept for retention
+// (rounded up to whole microseconds; must be positive), in one round trip.
+// It returns nil without writing when key already holds a record kept
+// under token, store.ErrNotOwner when token does not hold the claim, and
+// an error wrapping store.ErrUnavailable when the backend fails: then the
+// record may or may not have been kept.
+func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Record, retention time.Duration) error {
+	if token == "" {
+		return errors.New("idemkey: postgres: complete: empty owner token")
+	}
+	args, err := recordArgs(key, token, rec, retention)
+	if err != nil {
+		return err
+	}
+	return s.owned(ctx, "complete", s.sql.complete, map[int]error{1: nil, 2: nil, 0: store.ErrNotOwner}, args...)
+}
+
+// Release deletes the claim held by token, in one round trip. It returns
+// nil when key holds nothing (or a row whose life is over),
+// store.ErrNotOwner when another token or a record holds it, and an error
+// wrapping store.ErrUnavailable when the backend fails.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	if token == "" {
+		return errors.New("idemkey: postgres: release: empty owner token")
+	}
+	return s.owned(ctx, "release", s.sql.release, map[int]error{1: nil, 0: store.ErrNotOwner}, key, token)
+}
+
+// owned runs an owner-checked statement that answers a code: each code in
+// answers is the call's result; 3 means the row changed under the
+// statement, which then runs again.
+func (s *Store) owned(ctx context.Context, op, sql string, answers map[int]error, args ...any) error {
+	if err := ctx.Err(); err != nil {
+		return unavailable(op, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	for range maxAttempts {
+		var code int
+		if err := s.pool.QueryRow(ctx, sql, args...).Scan(&code); err != nil {
+			return unavailable(op, err)
+		}
+		if err, ok := answers[code]; ok {
+			return err
+		}
+		if code != 3 {
+			return fmt.Errorf("idemkey: postgres: %s: unexpected answer %d", op, code)
+		}
+	}
+	return unavailable(op, errors.New("the key kept changing"))
+}
+
+// Extend sets the remaining life of the claim held by token to ttl
+// (rounded up to whole microseconds; must be positive), in one round trip.
+// It returns store.ErrNotOwner when token does not hold a live claim, and
+// an error wrapping store.ErrUnavailable when the backend fails.
+func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
+	us, err := micros("claim TTL", ttl)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return unavailable("extend", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	tag, err := s.pool.Exec(ctx, s.sql.extend, key, token, us)
+	if err != nil {
+		return unavailable("extend", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrNotOwner
+	}
+	return nil
+}
+
+// recordArgs returns the arguments of completeSQL and keepTxSQL.
+func recordArgs(key, token string, rec *store.Record, retention time.Duration) ([]any, error) {
+	if rec == nil {
+		return nil, errors.New("idemkey: postgres: nil record")
+	}
+	if rec.Status < 0 || rec.Status > 0x7fff {
+		return nil, fmt.Errorf("idemkey: postgres: status %d out of range", rec.Status)
+	}
+	us, err := micros("retention", retention)
+	if err != nil {
+		return nil, err
+	}
+	h, err := encodeHeader(rec.Header)
+	if err != nil {
+		return nil, err
+	}
+	body := rec.Body
+	if body == nil {
+		body = []byte{} // NULL is for a key in flight
+	}
+	return []any{key, token, rec.Fingerprint[:], int16(rec.Status), h, body, rec.BodyOmitted,
+		rec.CreatedAt, rec.CompletedAt, us}, nil
+}
+
+// Sweep deletes the rows whose life is over, in batches of
+// WithSweepBatch rows, each its own statement, until a batch finds fewer
+// than that. It returns how many rows it deleted. Backend failures wrap
+// store.ErrUnavailable. The background sweeper calls it every
+// WithSweepInterval; services that turn that off call it themselves.
+func (s *Store) Sweep(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, unavailable("sweep", err)
+		}
+		tag, err := s.pool.Exec(ctx, s.sql.sweep, s.sweepBatch)
+		if err != nil {
+			return total, unavailable("sweep", err)
+		}
+		n := tag.RowsAffected()
+		total += n
+		if n < int64(s.sweepBatch) {
+			return total, nil
+		}
+	}
+}
+
+// sweepEvery runs Sweep every interval until Close, each bounded by the
+// interval. A failed sweep is logged with log/slog's default logger at
+// Warn level and tried again at the next tick.
+func (s *Store) sweepEvery(interval time.Duration) {
+	defer close(s.sweepDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), interval)
+		go func() {
+			select {
+			case <-s.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if _, err := s.Sweep(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			slog.Warn("idemkey: postgres: sweeping expired rows failed", "table", s.table, "error", err)
+		}
+		cancel()
+	}
+}
+
+// unavailable wraps a backend failure so that errors.Is finds both
+// store.ErrUnavailable and the cause.
+func unavailable(op string, err error) error {
+	return fmt.Errorf("idemkey: postgres: %s: %w: %w", op, store.ErrUnavailable, err)
+}
+
+// checkClaim checks a claim's token and returns its life in microseconds.
+func checkClaim(c store.Claim) (int64, error) {
+	if c.Token == "" {
+		return 0, errors.New("idemkey: postgres: claim: empty owner token")
+	}
+	return micros("claim TTL", c.TTL)
+}
+
+// micros returns d in whole microseconds, rounded up.
+func micros(what string, d time.Duration) (int64, error) {
+	if d <= 0 {
+		return 0, fmt.Errorf("idemkey: postgres: %s %v, want > 0", what, d)
+	}
+	return int64((d + time.Microsecond - 1) / time.Microsecond), nil
+}
+
+// randomLockID returns a random advisory lock id.
+func randomLockID() int64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return int64(binary.BigEndian.Uint64(b[:]))
+}

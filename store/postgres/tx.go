@@ -1,0 +1,375 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkey/idemkey/store"
+)
+
+// ErrLockTaken reports that a transactional claim could not take the
+// advisory lock on the id it drew, because another session holds that id
+// (another application's advisory lock, by a one-in-2^64 chance, every
+// time). ClaimTx draws again before it returns it.
+var ErrLockTaken = errors.New("idemkey: postgres: advisory lock id already held")
+
+// ClaimTx claims key as Claim does, on a connection it takes from the pool
+// for the request, and when the answer is Claimed or Mine returns the
+// transaction the handler runs in; otherwise it returns the connection at
+// once and tx is nil.
+//
+// The claim commits on its own before the handler runs, so that other
+// requests see the key in flight, and holds a session advisory lock from
+// inside the statement that inserts it until the transaction has committed
+// or rolled back. A claim that finds the key in flight under such a lock
+// tries it without waiting: when it is free, the owner's session is gone,
+// and its transaction with it, so the key is taken over at once. A live
+// owner's claim is taken over only when its life is over.
+//
+// The connection is held until Commit or Rollback: size the pool for the
+// requests served at once. The wait for a free connection counts against
+// the call's time budget (WithCallTimeout); past it ClaimTx returns an
+// error wrapping store.ErrUnavailable.
+func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.Result, store.Tx, error) {
+	ttl, err := checkClaim(c)
+	if err != nil {
+		return store.Result{}, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return store.Result{}, nil, unavailable("claim", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return store.Result{}, nil, unavailable("claim", fmt.Errorf("no free connection: %w", err))
+	}
+	res, lock, err := s.claimTx(ctx, conn, key, c, ttl)
+	if err != nil {
+		// The claim may have landed, with its lock: a connection whose
+		// state is unknown never goes back to the pool. Closing it ends
+		// the session and frees the lock, so a retry takes the claim over.
+		discard(conn)
+		return store.Result{}, nil, err
+	}
+	if res.State != store.Claimed && res.State != store.Mine {
+		conn.Release()
+		return res, nil, nil
+	}
+	return res, &requestTx{s: s, conn: conn, key: key, token: c.Token, lock: lock}, nil
+}
+
+// claimTx runs the claim on conn and returns the answer and, when claimed,
+// the lock id it holds.
+func (s *Store) claimTx(ctx context.Context, conn *pgxpool.Conn, key string, c store.Claim, ttl int64) (store.Result, int64, error) {
+	for range maxAttempts {
+		lock := s.lockID()
+		r, ok, err := queryClaim(ctx, conn, s.sql.claimTx, key, c.Token, c.Fingerprint[:], ttl, lock)
+		if err != nil {
+			return store.Result{}, 0, unavailable("claim", err)
+		}
+		if !ok {
+			continue // raced a claim that committed after the snapshot
+		}
+		if r.inserted {
+			if r.flag == nil || !*r.flag {
+				// Someone holds the id drawn: give the row back and draw
+				// again.
+				if err := s.dropClaim(ctx, conn, key, c.Token, 0); err != nil {
+					return store.Result{}, 0, unavailable("claim", err)
+				}
+				continue
+			}
+			return store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}, lock, nil
+		}
+		gone := r.flag != nil && *r.flag
+		mine := *r.token == c.Token
+		state := store.Claimed
+		switch {
+		case r.lapsed():
+		case r.status != nil:
+			res, err := r.result()
+			if err != nil {
+				return store.Result{}, 0, fmt.Errorf("idemkey: postgres: claim: %w", err)
+			}
+			return res, 0, nil
+		case mine && (gone || r.lockID == nil):
+			// Our own claim (a resent ClaimTx) whose session is gone, or
+			// made by Claim: hold a lock on it now.
+			state = store.Mine
+		case gone:
+		default:
+			res, err := r.result()
+			if err != nil {
+				return store.Result{}, 0, fmt.Errorf("idemkey: postgres: claim: %w", err)
+			}
+			return res, 0, nil
+		}
+		taken, locked, err := s.takeover(ctx, conn, key, c, ttl, *r.token, gone || state == store.Mine, &lock)
+		if err != nil {
+			return store.Result{}, 0, unavailable("claim", err)
+		}
+		if !taken {
+			continue // another request took it over first, or it was swept
+		}
+		if !locked {
+			if err := s.dropClaim(ctx, conn, key, c.Token, 0); err != nil {
+				return store.Result{}, 0, unavailable("claim", err)
+			}
+			continue
+		}
+		return store.Result{State: state, Fingerprint: c.Fingerprint}, lock, nil
+	}
+	return store.Result{}, 0, unavailable("claim", errors.New("the key kept changing while it was claimed"))
+}
+
+// dropClaim deletes the claim held by token and, when lock is not 0,
+// releases the lock, in one round trip.
+func (s *Store) dropClaim(ctx context.Context, conn *pgxpool.Conn, key, token string, lock int64) error {
+	b := &pgx.Batch{}
+	b.Queue(s.sql.releaseTx, key, token)
+	if lock != 0 {
+		b.Queue(unlockSQL, lock)
+	}
+	return conn.SendBatch(ctx, b).Close()
+}
+
+// discard closes a pooled connection whose session state is unknown (it
+// may hold a lock or an open transaction) and gives its slot back to the
+// pool. Closing ends the server's session: its transaction rolls back and
+// its locks are released.
+func discard(conn *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	conn.Conn().Close(ctx)
+	conn.Release()
+}
+
+// requestTx is the store.Tx of one claimed request: the pooled connection
+// its claim was made on, which holds the claim's advisory lock, and the
+// transaction the handler writes through.
+type requestTx struct {
+	s     *Store
+	conn  *pgxpool.Conn
+	key   string
+	token string
+	lock  int64
+
+	mu      sync.Mutex
+	handler *handlerTx
+	ended   bool
+}
+
+var _ store.Tx = (*requestTx)(nil)
+
+// NewContext returns ctx carrying the transaction, which the handler gets
+// back with Tx.
+func (t *requestTx) NewContext(ctx context.Context) context.Context {
+	t.mu.Lock()
+	if t.handler == nil {
+		t.handler = &handlerTx{conn: t.conn.Conn(), begin: t.s.begin}
+	}
+	h := t.handler
+	t.mu.Unlock()
+	return context.WithValue(ctx, txKey{}, h)
+}
+
+// end marks the transaction ended and stops the handler's use of it. It
+// reports false when it had already ended.
+func (t *requestTx) end() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended {
+		return false
+	}
+	t.ended = true
+	if t.handler != nil {
+		t.handler.close()
+	}
+	return true
+}
+
+// Commit keeps rec in the transaction, fenced by the owner's token, commits
+// and releases the advisory lock: one round trip, a pipeline of the fenced
+// UPDATE, COMMIT and the unlock (with BEGIN first when the handler never
+// used the transaction). It returns store.ErrNotOwner when the claim is no
+// longer this request's: the transaction is then rolled back and nothing
+// is kept. Any other error means the commit failed or its outcome is
+// unknown; it wraps store.ErrUnavailable. The call is bounded by
+// WithCommitTimeout. The connection goes back to the pool, or is closed
+// when its state is unknown.
+func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention time.Duration) error {
+	if !t.end() {
+		return errors.New("idemkey: postgres: commit: the transaction already ended")
+	}
+	args, err := recordArgs(t.key, t.token, rec, retention)
+	if err != nil {
+		// Nothing was sent: end the transaction as a failure.
+		t.rollback(ctx)
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.s.commitTimeout)
+	defer cancel()
+	pc := t.conn.Conn().PgConn()
+	b := &pgx.Batch{}
+	switch st := pc.TxStatus(); {
+	case pc.IsBusy():
+		// The handler left a query unread (rows never closed): the
+		// connection cannot run anything until it is.
+		t.rollback(ctx)
+		return unavailable("commit", errors.New("the handler left a query on the transaction unfinished"))
+	case t.handler != nil && t.handler.broken.Load():
+		t.rollback(ctx)
+		return unavailable("commit", errors.New("the handler's transaction could not begin; rolled back"))
+	case st == 'E':
+		// A statement of the handler failed, and the handler answered as
+		// if it had not: COMMIT would roll back. Keep nothing.
+		t.rollback(ctx)
+		return unavailable("commit", errors.New("the handler's transaction had failed; rolled back"))
+	case st == 'I':
+		// The handler wrote nothing: the record is the transaction.
+		b.Queue(t.s.begin)
+	}
+	begin := b.Len() == 1
+	b.Queue(t.s.sql.keepTx, args...)
+	b.Queue("COMMIT")
+	b.Queue(unlockSQL, t.lock)
+	br := t.conn.SendBatch(ctx, b)
+	if begin {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			discard(t.conn)
+			return unavailable("commit", err)
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "22P02" {
+			// Fenced: the COMMIT and the unlock were skipped; the
+			// transaction is aborted. Roll it back and let go.
+			if err := t.finish(ctx, false); err != nil {
+				return unavailable("commit", err)
+			}
+			return store.ErrNotOwner
+		}
+		// The UPDATE failed (a serialization failure, the server going
+		// away): nothing committed. Roll back and free the key, so that a
+		// retry runs again; a connection that fails this is closed.
+		t.rollback(ctx)
+		return unavailable("commit", err)
+	}
+	tag, err := br.Exec()
+	if err == nil && tag.String() != "COMMIT" {
+		err = fmt.Errorf("COMMIT answered %q", tag.String())
+	}
+	if err != nil {
+		br.Close()
+		if _, ok := errors.AsType[*pgconn.PgError](err); ok || tag.String() == "ROLLBACK" {
+			// The server refused the COMMIT (a deferred constraint, a
+			// serialization failure): the transaction rolled back.
+			// Free the key so that a retry runs again.
+			t.finish(ctx, true)
+			return unavailable("commit", err)
+		}
+		// The outcome is unknown (the reply was lost): the connection is
+		// not to be trusted. Closing it ends any transaction left open
+		// and frees the lock.
+		discard(t.conn)
+		return unavailable("commit", err)
+	}
+	var unlocked bool
+	uerr := br.QueryRow().Scan(&unlocked)
+	if cerr := br.Close(); uerr == nil {
+		uerr = cerr
+	}
+	if uerr != nil || !unlocked {
+		// Committed, but the lock may still be held: a connection that
+		// holds it must not go back to the pool.
+		discard(t.conn)
+		return nil
+	}
+	t.conn.Release()
+	return nil
+}
+
+// Rollback rolls the transaction back, deletes the claim and releases the
+// advisory lock, in one round trip, bounded by WithCommitTimeout. When it
+// fails the connection is closed, which rolls back and frees the lock on
+// the server, so that the next request with the key takes the claim over
+// at once; the error wraps store.ErrUnavailable.
+func (t *requestTx) Rollback(ctx context.Context) error {
+	if !t.end() {
+		return errors.New("idemkey: postgres: rollback: the transaction already ended")
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.s.commitTimeout)
+	defer cancel()
+	if err := t.rollback(ctx); err != nil {
+		return unavailable("rollback", err)
+	}
+	return nil
+}
+
+// rollback rolls back (when a transaction is open), deletes the claim and
+// unlocks; on failure it closes the connection.
+func (t *requestTx) rollback(ctx context.Context) error {
+	if t.conn.Conn().PgConn().IsBusy() {
+		discard(t.conn)
+		return errors.New("the handler left a query on the transaction unfinished")
+	}
+	return t.finish(ctx, true)
+}
+
+// finish ends the request on its connection in one round trip (two after
+// a failed statement): ROLLBACK when a transaction is open, the deletion
+// of the claim when release is set, and the unlock. Then it gives the
+// connection back to the pool, or closes it when anything failed.
+func (t *requestTx) finish(ctx context.Context, release bool) error {
+	b := &pgx.Batch{}
+	switch t.conn.Conn().PgConn().TxStatus() {
+	case 'T':
+		b.Queue("ROLLBACK")
+	case 'E':
+		// In a failed transaction the server refuses to parse anything
+		// but the statement that ends it, and the statements below may
+		// not be prepared on this connection yet: ROLLBACK first, on its
+		// own, in the simple protocol.
+		if _, err := t.conn.Exec(ctx, "ROLLBACK"); err != nil {
+			discard(t.conn)
+			return err
+		}
+	}
+	if release {
+		b.Queue(t.s.sql.releaseTx, t.key, t.token)
+	}
+	b.Queue(unlockSQL, t.lock)
+	br := t.conn.SendBatch(ctx, b)
+	var err error
+	for range b.Len() - 1 {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
+	}
+	var unlocked bool
+	if err == nil {
+		err = br.QueryRow().Scan(&unlocked)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && !unlocked {
+		err = errors.New("the advisory lock was not held")
+	}
+	if err != nil {
+		discard(t.conn)
+		return err
+	}
+	t.conn.Release()
+	return nil
+}

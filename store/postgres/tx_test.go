@@ -1,0 +1,371 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/postgres"
+)
+
+// payments is a business table of the test's own: one row per payment a
+// handler made, with the idempotency key it ran for.
+type payments struct {
+	pool *pgxpool.Pool
+	name string
+}
+
+func newPayments(t testing.TB, pool *pgxpool.Pool, table string) payments {
+	t.Helper()
+	p := payments{pool: pool, name: pgx.Identifier{table + "_payments"}.Sanitize()}
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+p.name+" (id bigserial PRIMARY KEY, key text NOT NULL, made_by text)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		pool.Exec(ctx, "DROP TABLE IF EXISTS "+p.name)
+	})
+	return p
+}
+
+// insert makes a payment for key through the request's transaction in ctx.
+func (p payments) insert(ctx context.Context, key, by string) error {
+	tx := postgres.Tx(ctx)
+	if tx == nil {
+		return errors.New("no request transaction in the context")
+	}
+	_, err := tx.Exec(ctx, "INSERT INTO "+p.name+" (key, made_by) VALUES ($1, $2)", key, by)
+	return err
+}
+
+// count returns how many payments exist for key, committed.
+func (p payments) count(t testing.TB, key string) int {
+	t.Helper()
+	var n int
+	if err := p.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+p.name+" WHERE key = $1", key).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (p payments) madeBy(t testing.TB, key string) []string {
+	t.Helper()
+	rows, err := p.pool.Query(context.Background(), "SELECT made_by FROM "+p.name+" WHERE key = $1 ORDER BY id", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	who, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return who
+}
+
+func record(body string, fp byte) *store.Record {
+	now := time.Now().Truncate(time.Millisecond)
+	return &store.Record{Status: 201, Body: []byte(body), Fingerprint: [32]byte{fp}, CreatedAt: now, CompletedAt: now}
+}
+
+// claimTx claims key and fails unless the answer is want; it returns the
+// transaction (nil unless Claimed or Mine).
+func claimTx(t testing.TB, st *postgres.Store, key string, c store.Claim, want store.State) store.Tx {
+	t.Helper()
+	res, tx, err := st.ClaimTx(context.Background(), key, c)
+	if err != nil {
+		t.Fatalf("ClaimTx: %v", err)
+	}
+	if res.State != want {
+		t.Fatalf("ClaimTx: state %v, want %v", res.State, want)
+	}
+	if (tx != nil) != (want == store.Claimed || want == store.Mine) {
+		t.Fatalf("ClaimTx %v: tx %v", res.State, tx)
+	}
+	if tx != nil {
+		// A test that fails midway must not leave the transaction open:
+		// it would hold the connection (pool.Close waits for it) and
+		// locks (the DROP TABLE of the cleanup waits for them). After
+		// Commit or Rollback this does nothing.
+		t.Cleanup(func() { tx.Rollback(context.Background()) })
+	}
+	return tx
+}
+
+func TestTxCommitKeepsRecordAndWrites(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	key, c := newKey(), newClaim(1)
+	tx := claimTx(t, st, key, c, store.Claimed)
+	ctx := tx.NewContext(context.Background())
+	if err := pay.insert(ctx, key, "first"); err != nil {
+		t.Fatal(err)
+	}
+	// Not visible outside the transaction before the commit.
+	if n := pay.count(t, key); n != 0 {
+		t.Fatalf("%d payments visible before the commit", n)
+	}
+	// Another request sees the key in flight, under the owner's
+	// fingerprint: the owner is alive.
+	res, other, err := st.ClaimTx(context.Background(), key, newClaim(2))
+	if err != nil || res.State != store.InFlight || res.Fingerprint != c.Fingerprint || other != nil {
+		t.Fatalf("a second ClaimTx while the owner runs: %v %v %v", res.State, other, err)
+	}
+	rec := record("paid", 1)
+	if err := tx.Commit(context.Background(), rec, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if n := pay.count(t, key); n != 1 {
+		t.Fatalf("%d payments after the commit, want 1", n)
+	}
+	res, other, err = st.ClaimTx(context.Background(), key, newClaim(1))
+	if err != nil || res.State != store.Completed || other != nil || string(res.Record.Body) != "paid" {
+		t.Fatalf("after the commit: %v %+v %v", res.State, res.Record, err)
+	}
+	// Once ended, the handler's transaction refuses further use.
+	if _, err := postgres.Tx(ctx).Exec(context.Background(), "SELECT 1"); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Errorf("Exec after the commit: %v, want pgx.ErrTxClosed", err)
+	}
+	if err := tx.Commit(context.Background(), rec, time.Minute); err == nil {
+		t.Error("a second Commit succeeded")
+	}
+	if s := pool.Stat(); s.AcquiredConns() != 0 {
+		t.Errorf("%d connections still acquired", s.AcquiredConns())
+	}
+}
+
+func TestTxCommitWithoutWrites(t *testing.T) {
+	pool := sharedPool(t)
+	st, _ := newStore(t, pool)
+	key, c := newKey(), newClaim(1)
+	tx := claimTx(t, st, key, c, store.Claimed)
+	if err := tx.Commit(context.Background(), record("bad request", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Claim(context.Background(), key, newClaim(1))
+	if err != nil || res.State != store.Completed || string(res.Record.Body) != "bad request" {
+		t.Fatalf("after the commit: %v %v", res.State, err)
+	}
+}
+
+func TestTxRollbackUndoesWritesAndReleases(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	key := newKey()
+	for _, wrote := range []bool{true, false} {
+		tx := claimTx(t, st, key, newClaim(1), store.Claimed)
+		if wrote {
+			if err := pay.insert(tx.NewContext(context.Background()), key, "rolled back"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Rollback(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := pay.count(t, key); n != 0 {
+			t.Fatalf("%d payments after the rollback", n)
+		}
+	}
+	// The key is free for the next request, which runs and commits.
+	tx := claimTx(t, st, key, newClaim(1), store.Claimed)
+	if err := pay.insert(tx.NewContext(context.Background()), key, "second"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(context.Background(), record("ok", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := pay.madeBy(t, key); len(got) != 1 || got[0] != "second" {
+		t.Fatalf("payments %v, want the second run's alone", got)
+	}
+}
+
+// TestTxLapsedOwnerIsFenced: the owner outlives its claim, another
+// request takes the key over and commits, and the late owner's commit
+// keeps nothing.
+func TestTxLapsedOwnerIsFenced(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	key := newKey()
+	a := newClaim(1)
+	a.TTL = 200 * time.Millisecond
+	txA := claimTx(t, st, key, a, store.Claimed)
+	if err := pay.insert(txA.NewContext(context.Background()), key, "late owner"); err != nil {
+		t.Fatal(err)
+	}
+	// The owner is alive: before its life ends the key is in flight.
+	claimTx(t, st, key, newClaim(1), store.InFlight)
+	time.Sleep(300 * time.Millisecond)
+	txB := claimTx(t, st, key, newClaim(1), store.Claimed)
+	if err := pay.insert(txB.NewContext(context.Background()), key, "new owner"); err != nil {
+		t.Fatal(err)
+	}
+	if err := txB.Commit(context.Background(), record("b", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := txA.Commit(context.Background(), record("a", 1), time.Minute); !errors.Is(err, store.ErrNotOwner) {
+		t.Fatalf("the late owner's commit: %v, want store.ErrNotOwner", err)
+	}
+	if got := pay.madeBy(t, key); len(got) != 1 || got[0] != "new owner" {
+		t.Fatalf("payments %v, want the new owner's alone", got)
+	}
+	res, err := st.Claim(context.Background(), key, newClaim(1))
+	if err != nil || res.State != store.Completed || string(res.Record.Body) != "b" {
+		t.Fatalf("kept: %v %v", res.State, err)
+	}
+	if s := pool.Stat(); s.AcquiredConns() != 0 {
+		t.Errorf("%d connections still acquired", s.AcquiredConns())
+	}
+}
+
+// TestTxLapsedClaimNobodyTookCommits: a claim past its life that nobody
+// took over still commits.
+func TestTxLapsedClaimNobodyTookCommits(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	key := newKey()
+	a := newClaim(1)
+	a.TTL = 50 * time.Millisecond
+	tx := claimTx(t, st, key, a, store.Claimed)
+	if err := pay.insert(tx.NewContext(context.Background()), key, "slow"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := tx.Commit(context.Background(), record("slow", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if n := pay.count(t, key); n != 1 {
+		t.Fatalf("%d payments", n)
+	}
+}
+
+// TestTxTerminatedOwnerIsTakenOver: the owner's backend is terminated
+// mid-handler; the next request takes the key over at once (no waiting
+// for the claim's life), and only its payment exists.
+func TestTxTerminatedOwnerIsTakenOver(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	key := newKey()
+	a := newClaim(1)
+	a.TTL = time.Hour
+	txA := claimTx(t, st, key, a, store.Claimed)
+	ctxA := txA.NewContext(context.Background())
+	if err := pay.insert(ctxA, key, "terminated"); err != nil {
+		t.Fatal(err)
+	}
+	pid := postgres.Tx(ctxA).Conn().PgConn().PID()
+	var ok bool
+	// Wait (up to 5 s) until the backend has exited.
+	if err := pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1, 5000)", int32(pid)).Scan(&ok); err != nil || !ok {
+		t.Fatalf("pg_terminate_backend: %v %v", ok, err)
+	}
+	start := time.Now()
+	txB := claimTx(t, st, key, newClaim(1), store.Claimed)
+	t.Logf("taken over %v after the owner's backend ended (claim life 1h)", time.Since(start).Round(time.Microsecond))
+	if err := pay.insert(txB.NewContext(context.Background()), key, "retry"); err != nil {
+		t.Fatal(err)
+	}
+	if err := txB.Commit(context.Background(), record("b", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	err := txA.Commit(context.Background(), record("a", 1), time.Minute)
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("the terminated owner's commit: %v, want store.ErrUnavailable", err)
+	}
+	t.Logf("the terminated owner's commit: %v", err)
+	if got := pay.madeBy(t, key); len(got) != 1 || got[0] != "retry" {
+		t.Fatalf("payments %v, want the retry's alone", got)
+	}
+}
+
+func TestTxConcurrentOneKey(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool, postgres.WithCallTimeout(10*time.Second))
+	pay := newPayments(t, pool, table)
+	for round := range 3 {
+		key := newKey()
+		const n = 64
+		states := make([]store.State, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				res, tx, err := st.ClaimTx(context.Background(), key, newClaim(1))
+				states[i], errs[i] = res.State, err
+				if tx == nil {
+					return
+				}
+				ctx := tx.NewContext(context.Background())
+				if err := pay.insert(ctx, key, fmt.Sprint(i)); err != nil {
+					errs[i] = err
+					tx.Rollback(context.Background())
+					return
+				}
+				errs[i] = tx.Commit(context.Background(), record("once", 1), time.Minute)
+			})
+		}
+		close(start)
+		wg.Wait()
+		count := map[store.State]int{}
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("round %d: request %d: %v", round, i, errs[i])
+			}
+			count[states[i]]++
+		}
+		t.Logf("round %d: %v", round, count)
+		if count[store.Claimed] != 1 || count[store.Claimed]+count[store.InFlight]+count[store.Completed] != n {
+			t.Fatalf("round %d: %v, want one claimed and the rest in flight or completed", round, count)
+		}
+		if c := pay.count(t, key); c != 1 {
+			t.Fatalf("round %d: %d payments, want 1", round, c)
+		}
+	}
+}
+
+// TestTxLockCollision: the lock id drawn is held by another session; the
+// claim gives its row back and draws again.
+func TestTxLockCollision(t *testing.T) {
+	pool := sharedPool(t)
+	const held = 4242
+	other, err := pool.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	if _, err := other.Exec(context.Background(), "SELECT pg_advisory_lock($1)", int64(held)); err != nil {
+		t.Fatal(err)
+	}
+	defer other.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(held))
+	var draws int
+	st, _ := newStore(t, pool, postgres.WithLockIDs(func() int64 {
+		draws++
+		if draws == 1 {
+			return held
+		}
+		return held + int64(draws)
+	}))
+	key := newKey()
+	tx := claimTx(t, st, key, newClaim(1), store.Claimed)
+	if draws != 2 {
+		t.Errorf("%d draws, want 2", draws)
+	}
+	// The lock the claim holds is the second one: a live owner.
+	claimTx(t, st, key, newClaim(1), store.InFlight)
+	if err := tx.Commit(context.Background(), record("ok", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
