@@ -90,16 +90,20 @@ func decodeHeader(b []byte) (http.Header, error) {
 	h := make(http.Header, nNames)
 	vals := make([]string, nVals)
 	r = reader{b: b[1:]}
+	prev := ""
 	for !r.done() {
 		name := string(r.bytes(int(r.u16())))
+		if name == "" || name <= prev {
+			// The encoder writes names sorted, each once: anything else
+			// was not written by it.
+			return nil, fmt.Errorf("%w: header name %.40q empty, repeated or out of order", ErrUnreadable, name)
+		}
+		prev = name
 		n := int(r.u16())
 		vs := vals[:n:n]
 		vals = vals[n:]
 		for i := range vs {
 			vs[i] = string(r.bytes(int(r.u32())))
-		}
-		if _, dup := h[name]; dup || name == "" {
-			return nil, fmt.Errorf("%w: header name %.40q empty or repeated", ErrUnreadable, name)
 		}
 		h[name] = vs
 	}

@@ -38,6 +38,9 @@ func Schema(table string) (string, error) {
 }
 
 func schemaFor(id pgx.Identifier) string {
+	if len(id) == 1 && id[0] == DefaultTable {
+		return SchemaSQL
+	}
 	index := pgx.Identifier{id[len(id)-1] + indexSuffix}.Sanitize()
 	s := strings.ReplaceAll(SchemaSQL, DefaultTable+indexSuffix, index)
 	return strings.ReplaceAll(s, " "+DefaultTable+" ", " "+id.Sanitize()+" ")

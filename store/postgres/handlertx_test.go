@@ -1,0 +1,259 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/postgres"
+)
+
+// handlerTx claims a fresh key and returns the handler's context and
+// transaction.
+func handlerTx(t *testing.T, st *postgres.Store) (string, store.Tx, context.Context, pgx.Tx) {
+	t.Helper()
+	key := newKey()
+	tx := claimTx(t, st, key, newClaim(1), store.Claimed)
+	ctx := tx.NewContext(context.Background())
+	h := postgres.Tx(ctx)
+	if h == nil {
+		t.Fatal("no transaction in the handler's context")
+	}
+	return key, tx, ctx, h
+}
+
+func TestTxFromContext(t *testing.T) {
+	if postgres.Tx(context.Background()) != nil {
+		t.Error("a transaction in a context without one")
+	}
+}
+
+// TestHandlerTxStatements runs each kind of statement as the handler's
+// first (BEGIN goes with it) and checks that everything it did is in the
+// one transaction: rolled back together, or committed together.
+func TestHandlerTxStatements(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	ins := "INSERT INTO " + pay.name + " (key, made_by) VALUES "
+	first := map[string]func(ctx context.Context, h pgx.Tx, key string) error{
+		"ExecWithArgs": func(ctx context.Context, h pgx.Tx, key string) error {
+			_, err := h.Exec(ctx, ins+"($1, 'a')", key)
+			return err
+		},
+		"ExecWithoutArgsTwoStatements": func(ctx context.Context, h pgx.Tx, key string) error {
+			tag, err := h.Exec(ctx, ins+"('"+key+"', 'a'); "+ins+"('"+key+"', 'b')")
+			if err == nil && tag.RowsAffected() != 1 {
+				t.Errorf("tag %q, want the last statement's", tag)
+			}
+			return err
+		},
+		"ExecWithExecMode": func(ctx context.Context, h pgx.Tx, key string) error {
+			_, err := h.Exec(ctx, ins+"($1, 'a')", pgx.QueryExecModeSimpleProtocol, key)
+			return err
+		},
+		"Query": func(ctx context.Context, h pgx.Tx, key string) error {
+			rows, err := h.Query(ctx, ins+"($1, 'a') RETURNING made_by", key)
+			if err != nil {
+				return err
+			}
+			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err == nil && (len(got) != 1 || got[0] != "a") {
+				t.Errorf("Query rows %q", got)
+			}
+			return err
+		},
+		"QueryRow": func(ctx context.Context, h pgx.Tx, key string) error {
+			var who string
+			err := h.QueryRow(ctx, ins+"($1, 'a') RETURNING made_by", key).Scan(&who)
+			if err == nil && who != "a" {
+				t.Errorf("QueryRow %q", who)
+			}
+			return err
+		},
+		"SendBatch": func(ctx context.Context, h pgx.Tx, key string) error {
+			b := &pgx.Batch{}
+			b.Queue(ins+"($1, 'a')", key)
+			var who string
+			b.Queue("SELECT made_by FROM "+pay.name+" WHERE key = $1", key).QueryRow(func(r pgx.Row) error { return r.Scan(&who) })
+			err := h.SendBatch(ctx, b).Close()
+			if err == nil && who != "a" {
+				t.Errorf("the batch did not see its own insert: %q", who)
+			}
+			return err
+		},
+		"CopyFrom": func(ctx context.Context, h pgx.Tx, key string) error {
+			_, err := h.CopyFrom(ctx, pgx.Identifier{table + "_payments"}, []string{"key", "made_by"}, pgx.CopyFromRows([][]any{{key, "a"}}))
+			return err
+		},
+		"Savepoint": func(ctx context.Context, h pgx.Tx, key string) error {
+			sp, err := h.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := sp.Exec(ctx, ins+"($1, 'a')", key); err != nil {
+				return err
+			}
+			if err := sp.Commit(ctx); err != nil {
+				return err
+			}
+			// A rolled-back savepoint leaves nothing, and the
+			// transaction goes on.
+			sp, err = h.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := sp.Exec(ctx, ins+"($1, 'undone')", key); err != nil {
+				return err
+			}
+			return sp.Rollback(ctx)
+		},
+		"Conn": func(ctx context.Context, h pgx.Tx, key string) error {
+			_, err := h.Conn().Exec(ctx, ins+"($1, 'a')", key)
+			return err
+		},
+	}
+	for name, f := range first {
+		t.Run(name, func(t *testing.T) {
+			for _, commit := range []bool{false, true} {
+				key, tx, ctx, h := handlerTx(t, st)
+				if err := f(ctx, h, key); err != nil {
+					t.Fatal(err)
+				}
+				// A second statement, after the transaction began.
+				if _, err := h.Exec(ctx, ins+"($1, 'z')", key); err != nil {
+					t.Fatal(err)
+				}
+				var n int
+				if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pay.name+" WHERE key = $1", key).Scan(&n); err != nil || n != 0 {
+					t.Fatalf("%d rows visible outside the transaction before it ended (%v)", n, err)
+				}
+				if commit {
+					if err := tx.Commit(context.Background(), record("ok", 1), time.Minute); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := tx.Rollback(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				got := pay.madeBy(t, key)
+				switch {
+				case !commit && len(got) != 0:
+					t.Errorf("after the rollback: %q", got)
+				case commit && (len(got) < 2 || got[0] != "a" || got[len(got)-1] != "z"):
+					t.Errorf("after the commit: %q, want the first statement's and the second's", got)
+				}
+			}
+		})
+	}
+}
+
+// TestHandlerTxControl: the handler can neither commit nor roll back the
+// request's transaction, and cannot use it once it ended.
+func TestHandlerTxControl(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	key, tx, ctx, h := handlerTx(t, st)
+	if err := pay.insert(ctx, key, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Commit(ctx); !errors.Is(err, postgres.ErrTxManaged) {
+		t.Errorf("the handler's Commit: %v, want ErrTxManaged", err)
+	}
+	if err := h.Rollback(ctx); !errors.Is(err, postgres.ErrTxManaged) {
+		t.Errorf("the handler's Rollback: %v, want ErrTxManaged", err)
+	}
+	// Neither changed anything: the write is still there to commit.
+	if err := tx.Commit(context.Background(), record("ok", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if n := pay.count(t, key); n != 1 {
+		t.Fatalf("%d payments", n)
+	}
+	for name, err := range map[string]error{
+		"Exec":      func() error { _, err := h.Exec(ctx, "SELECT 1"); return err }(),
+		"Query":     func() error { _, err := h.Query(ctx, "SELECT 1"); return err }(),
+		"QueryRow":  h.QueryRow(ctx, "SELECT 1").Scan(new(int)),
+		"SendBatch": h.SendBatch(ctx, &pgx.Batch{}).Close(),
+		"Begin":     func() error { _, err := h.Begin(ctx); return err }(),
+		"Commit":    h.Commit(ctx),
+		"Rollback":  h.Rollback(ctx),
+	} {
+		if !errors.Is(err, pgx.ErrTxClosed) {
+			t.Errorf("%s after the transaction ended: %v, want pgx.ErrTxClosed", name, err)
+		}
+	}
+}
+
+// TestHandlerTxFailedStatement: a statement of the handler fails, and the
+// handler answers as if it had not. Nothing is kept, and the key is free
+// for a retry.
+func TestHandlerTxFailedStatement(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	for _, first := range []bool{true, false} {
+		key, tx, ctx, h := handlerTx(t, st)
+		if !first {
+			if err := pay.insert(ctx, key, "a"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := h.Exec(ctx, "SELECT 1/0"); err == nil {
+			t.Fatal("1/0 did not fail")
+		}
+		err := tx.Commit(context.Background(), record("ok", 1), time.Minute)
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("commit after a failed statement: %v, want store.ErrUnavailable", err)
+		}
+		if n := pay.count(t, key); n != 0 {
+			t.Errorf("%d payments", n)
+		}
+		claimTx(t, st, key, newClaim(1), store.Claimed)
+	}
+}
+
+// TestHandlerTxRowsLeftOpen: the handler returns with rows unread. The
+// commit fails, and the next transactional claim takes the key over at
+// once: the connection was closed, and its lock with it.
+func TestHandlerTxRowsLeftOpen(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	key, tx, ctx, h := handlerTx(t, st)
+	if err := pay.insert(ctx, key, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Query(ctx, "SELECT generate_series(1, 100000)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(context.Background(), record("ok", 1), time.Minute); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("commit with rows left open: %v, want store.ErrUnavailable", err)
+	}
+	claimTx(t, st, key, newClaim(1), store.Claimed)
+	if n := pay.count(t, key); n != 0 {
+		t.Errorf("%d payments", n)
+	}
+}
+
+func TestTxOptionsIsolation(t *testing.T) {
+	pool := sharedPool(t)
+	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable} {
+		st, _ := newStore(t, pool, postgres.WithTxOptions(pgx.TxOptions{IsoLevel: iso}))
+		_, tx, ctx, h := handlerTx(t, st)
+		var got string
+		if err := h.QueryRow(ctx, "SHOW transaction_isolation").Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != string(iso) {
+			t.Errorf("isolation %q, want %q", got, iso)
+		}
+		if err := tx.Commit(context.Background(), record("ok", 1), time.Minute); err != nil {
+			t.Fatalf("%s: %v", iso, err)
+		}
+	}
+}
