@@ -300,10 +300,6 @@ func (s *Server) run(port int) error {
 	cmd.Dir = s.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	s.credentials(cmd)
-	// Its own process group, so that one signal reaches the postmaster
-	// and every backend: a SIGSTOP of the postmaster alone would leave
-	// the backends serving.
-	cmd.SysProcAttr.Setpgid = true
 	setParentDeath(cmd)
 	if err := cmd.Start(); err != nil {
 		return err
@@ -334,8 +330,7 @@ func (s *Server) run(port int) error {
 	}
 }
 
-// PID returns the postmaster's process id, or 0 after it exited. It is
-// also the id of the cluster's process group.
+// PID returns the postmaster's process id, or 0 after it exited.
 func (s *Server) PID() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -370,25 +365,62 @@ func (s *Server) Kill() {
 	default:
 	}
 	pid := cmd.Process.Pid
-	syscall.Kill(-pid, syscall.SIGCONT) // a frozen group must run to die
-	syscall.Kill(-pid, syscall.SIGKILL)
+	// Stop the postmaster first, so that it forks no backend while its
+	// children are found, then kill the children (each backend is a
+	// process group of its own: a signal to the postmaster's group does
+	// not reach them), then the postmaster.
+	syscall.Kill(pid, syscall.SIGSTOP)
+	kids := children(pid)
+	for _, c := range kids {
+		syscall.Kill(c, syscall.SIGKILL)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	syscall.Kill(pid, syscall.SIGCONT)
 	<-done
+	// A killed process lets go of the shared memory as it exits, a moment
+	// after the signal: a restart before that finds the old segment in
+	// use and refuses to start.
+	waitExited(kids, 10*time.Second)
 }
 
 // Freeze stops the postmaster and every backend with SIGSTOP: connections
 // stay open and nothing answers until Thaw.
-func (s *Server) Freeze() { s.signal(syscall.SIGSTOP) }
-
-// Thaw resumes a cluster stopped by Freeze with SIGCONT.
-func (s *Server) Thaw() { s.signal(syscall.SIGCONT) }
-
-func (s *Server) signal(sig syscall.Signal) {
+func (s *Server) Freeze() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil || s.exited() {
 		return
 	}
-	syscall.Kill(-s.cmd.Process.Pid, sig)
+	pid := s.cmd.Process.Pid
+	syscall.Kill(pid, syscall.SIGSTOP) // first: it forks nothing more
+	for _, c := range children(pid) {
+		syscall.Kill(c, syscall.SIGSTOP)
+	}
+}
+
+// Thaw resumes a cluster stopped by Freeze with SIGCONT.
+func (s *Server) Thaw() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.exited() {
+		return
+	}
+	pid := s.cmd.Process.Pid
+	for _, c := range children(pid) {
+		syscall.Kill(c, syscall.SIGCONT)
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+}
+
+// Backends returns the process ids of the postmaster's children: the
+// backends serving connections and the server's own workers.
+func (s *Server) Backends() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.exited() {
+		return nil
+	}
+	return children(s.cmd.Process.Pid)
 }
 
 // Restart starts the cluster again on the same port and data directory,
@@ -404,7 +436,7 @@ func (s *Server) Restart() error {
 	return s.run(s.Port)
 }
 
-// Close kills the cluster by its process group and removes its directory.
+// Close kills the cluster by its PIDs and removes its directory.
 // It is safe to call more than once.
 func (s *Server) Close() {
 	s.Kill()

@@ -23,22 +23,39 @@ func TestServer(t *testing.T) {
 	if err := c.QueryRow(ctx, "SHOW max_connections").Scan(&v); err != nil || v != "37" {
 		t.Fatalf("setting not applied: %q, %v", v, err)
 	}
-	c.Close(ctx)
 	if s.PID() == 0 {
 		t.Fatal("no PID for a running cluster")
 	}
+	if len(s.Backends()) == 0 {
+		t.Fatal("no backends found")
+	}
 
-	// Frozen: nothing answers, and the connection attempt times out.
+	// Frozen: nothing answers, neither a new connection nor one that was
+	// open (its backend is stopped too).
 	s.Freeze()
 	fctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	_, err = pgx.Connect(fctx, s.URL)
 	cancel()
+	if err == nil {
+		t.Error("connected to a frozen cluster")
+	}
+	fctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	err = c.QueryRow(fctx, "SELECT 1").Scan(new(int))
+	cancel()
 	s.Thaw()
 	if err == nil {
-		t.Fatal("connected to a frozen cluster")
+		t.Error("a query on an open connection was answered by a frozen cluster")
+	}
+	c, err = pgx.Connect(ctx, s.URL)
+	if err != nil {
+		t.Fatalf("after thaw: %v", err)
 	}
 
+	// Killed: the open connection's backend dies with the postmaster.
 	s.Kill()
+	if err := c.QueryRow(ctx, "SELECT 1").Scan(new(int)); err == nil {
+		t.Error("a query on an open connection was answered by a killed cluster")
+	}
 	if s.PID() != 0 {
 		t.Error("PID after Kill")
 	}

@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -223,9 +225,16 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	var lastErr error
 	for range maxAttempts {
 		r, ok, err := queryClaim(ctx, s.pool, s.sql.claim, key, c.Token, c.Fingerprint[:], ttl)
 		if err != nil {
+			if connLost(ctx, err) {
+				// A pooled connection that died (a server restart): a
+				// claim that landed before it did answers Mine now.
+				lastErr = err
+				continue
+			}
 			return store.Result{}, unavailable("claim", err)
 		}
 		switch {
@@ -236,6 +245,10 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 		case r.lapsed():
 			taken, _, err := s.takeover(ctx, s.pool, key, c, ttl, *r.token, false, nil)
 			if err != nil {
+				if connLost(ctx, err) {
+					lastErr = err
+					continue
+				}
 				return store.Result{}, unavailable("claim", err)
 			}
 			if taken {
@@ -252,7 +265,43 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 		}
 		return res, nil
 	}
-	return store.Result{}, unavailable("claim", errors.New("the key kept changing while it was claimed"))
+	return store.Result{}, unavailable("claim", gaveUp(lastErr))
+}
+
+// gaveUp is the error of a call that ran out of attempts: the last
+// connection failure, or the key changing under every attempt.
+func gaveUp(lastErr error) error {
+	if lastErr != nil {
+		return lastErr
+	}
+	return errors.New("the key kept changing while it was claimed")
+}
+
+// connLost reports whether err is a connection that failed (closed by the
+// server, reset, cut short) while ctx is still live: then the statement
+// may run again on another connection. Every statement of the store is
+// safe to run twice: a claim that landed answers Mine, a complete that
+// landed answers as kept, a release that landed finds the key free.
+func connLost(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if _, ok := errors.AsType[*pgconn.PgError](err); ok {
+		// The server answered. (A FATAL error, such as a terminated
+		// backend, also closes the connection: that one is retried.)
+		return isFatal(err)
+	}
+	if _, ok := errors.AsType[*net.OpError](err); ok {
+		return true
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err)
+}
+
+// isFatal reports whether err is a FATAL or PANIC error of the server,
+// which ends the connection.
+func isFatal(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && (pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC")
 }
 
 // takeover runs takeoverSQL: it reports whether the row was taken over,
@@ -306,9 +355,14 @@ func (s *Store) owned(ctx context.Context, op, sql string, answers map[int]error
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	var lastErr error
 	for range maxAttempts {
 		var code int
 		if err := s.pool.QueryRow(ctx, sql, args...).Scan(&code); err != nil {
+			if connLost(ctx, err) {
+				lastErr = err
+				continue
+			}
 			return unavailable(op, err)
 		}
 		if err, ok := answers[code]; ok {
@@ -318,7 +372,7 @@ func (s *Store) owned(ctx context.Context, op, sql string, answers map[int]error
 			return fmt.Errorf("idemkey: postgres: %s: unexpected answer %d", op, code)
 		}
 	}
-	return unavailable(op, errors.New("the key kept changing"))
+	return unavailable(op, gaveUp(lastErr))
 }
 
 // Extend sets the remaining life of the claim held by token to ttl
@@ -336,6 +390,9 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	tag, err := s.pool.Exec(ctx, s.sql.extend, key, token, us)
+	if err != nil && connLost(ctx, err) {
+		tag, err = s.pool.Exec(ctx, s.sql.extend, key, token, us)
+	}
 	if err != nil {
 		return unavailable("extend", err)
 	}

@@ -47,23 +47,32 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return store.Result{}, nil, unavailable("claim", fmt.Errorf("no free connection: %w", err))
+	for attempt := 1; ; attempt++ {
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return store.Result{}, nil, unavailable("claim", fmt.Errorf("no free connection: %w", err))
+		}
+		res, lock, err := s.claimTx(ctx, conn, key, c, ttl)
+		if err != nil {
+			// The claim may have landed, with its lock: a connection
+			// whose state is unknown never goes back to the pool.
+			// Closing it ends the session and frees the lock, so a retry
+			// takes the claim over.
+			lost := conn.Conn().IsClosed() && connLost(ctx, err)
+			discard(conn)
+			if lost && attempt < maxAttempts {
+				// A pooled connection that died (a server restart): on
+				// another one, a claim that landed on it answers Mine.
+				continue
+			}
+			return store.Result{}, nil, err
+		}
+		if res.State != store.Claimed && res.State != store.Mine {
+			conn.Release()
+			return res, nil, nil
+		}
+		return res, &requestTx{s: s, conn: conn, key: key, token: c.Token, lock: lock}, nil
 	}
-	res, lock, err := s.claimTx(ctx, conn, key, c, ttl)
-	if err != nil {
-		// The claim may have landed, with its lock: a connection whose
-		// state is unknown never goes back to the pool. Closing it ends
-		// the session and frees the lock, so a retry takes the claim over.
-		discard(conn)
-		return store.Result{}, nil, err
-	}
-	if res.State != store.Claimed && res.State != store.Mine {
-		conn.Release()
-		return res, nil, nil
-	}
-	return res, &requestTx{s: s, conn: conn, key: key, token: c.Token, lock: lock}, nil
 }
 
 // claimTx runs the claim on conn and returns the answer and, when claimed,
