@@ -369,3 +369,43 @@ func TestTxLockCollision(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTxMine: a ClaimTx resent with its own token after its connection
+// died finds its claim and takes it back (Mine), with a lock of its own;
+// so does a ClaimTx that finds its token's plain claim.
+func TestTxMine(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	ctx := context.Background()
+
+	key, c := newKey(), newClaim(1)
+	first := claimTx(t, st, key, c, store.Claimed)
+	pid := postgres.Tx(first.NewContext(ctx)).Conn().PgConn().PID()
+	var ok bool
+	if err := pool.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", int32(pid)).Scan(&ok); err != nil || !ok {
+		t.Fatalf("pg_terminate_backend: %v %v", ok, err)
+	}
+	again := claimTx(t, st, key, c, store.Mine)
+	// The lock is held again: another request sees a live owner.
+	claimTx(t, st, key, newClaim(1), store.InFlight)
+	if err := pay.insert(again.NewContext(ctx), key, "mine"); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Commit(ctx, record("mine", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if n := pay.count(t, key); n != 1 {
+		t.Fatalf("%d payments", n)
+	}
+
+	key, c = newKey(), newClaim(1)
+	if res, err := st.Claim(ctx, key, c); err != nil || res.State != store.Claimed {
+		t.Fatalf("plain claim: %v %v", res.State, err)
+	}
+	tx := claimTx(t, st, key, c, store.Mine)
+	claimTx(t, st, key, newClaim(1), store.InFlight)
+	if err := tx.Commit(ctx, record("mine", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
