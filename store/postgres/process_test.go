@@ -84,6 +84,8 @@ func TestHelperProcess(t *testing.T) {
 	}
 	pay := payments{pool: pool, name: `"` + table + `_payments"`}
 	switch mode {
+	case "server":
+		serveChild(st, pool, table)
 	case "crash":
 		// Claim, pay, say so, and hang until killed.
 		c := store.Claim{Token: "child-" + strconv.Itoa(os.Getpid()), Fingerprint: [32]byte{1}, TTL: time.Hour}
