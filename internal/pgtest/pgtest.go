@@ -3,8 +3,8 @@
 // throwaway cluster of their own. A throwaway cluster is made with initdb
 // and run with postgres on a free loopback port, in a fresh temporary
 // directory, and stopped by its PID when the test (or, for one started with
-// Launch, the program) is done. It keeps nothing worth keeping: fsync is
-// off.
+// Launch, the program) is done. It flushes nothing to disk (fsync is off):
+// it survives being killed, not the machine going down.
 //
 // PostgreSQL refuses to run as root. A process running as root starts the
 // cluster as the "postgres" user (the one the distribution's packages
@@ -281,9 +281,12 @@ func (s *Server) run(port int) error {
 		"-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories=" + s.Dir,
+		// Nothing is flushed to disk, but every commit is written to the
+		// WAL before it is acknowledged (synchronous_commit stays on), so
+		// a killed cluster, on a machine that stays up, recovers every
+		// commit it acknowledged.
 		"-c", "fsync=off",
 		"-c", "full_page_writes=off",
-		"-c", "synchronous_commit=off",
 		"-c", "shared_buffers=32MB",
 		"-c", "max_connections=200",
 		"-c", "log_min_messages=warning",

@@ -35,10 +35,12 @@ func newPool(t testing.TB, url string, maxConns int32) *pgxpool.Pool {
 }
 
 // sharedPool returns a pool on the shared server (DATABASE_URL, or the
-// local one), skipping the test without one (failing it under CI).
+// local one), skipping the test without one (failing it under CI). Its 40
+// connections leave room under the server's default max_connections (100)
+// for the other packages' tests that run at the same time.
 func sharedPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	return newPool(t, pgtest.Shared(t), 80)
+	return newPool(t, pgtest.Shared(t), 40)
 }
 
 // newTable creates a table of the test's own, with a random name, and

@@ -70,7 +70,7 @@ func TestHelperProcess(t *testing.T) {
 		fmt.Println("error:", err)
 		os.Exit(1)
 	}
-	cfg.MaxConns = 40
+	cfg.MaxConns = 16
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		fmt.Println("error:", err)

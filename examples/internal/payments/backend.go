@@ -8,10 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/memory"
+	"github.com/idemkey/idemkey/store/postgres"
 	idemredis "github.com/idemkey/idemkey/store/redis"
 )
 
@@ -21,8 +23,16 @@ import (
 // connections.
 const RedisPoolSize = 128
 
-// StartTimeout bounds how long OpenBackend waits for Redis to answer at
-// start.
+// PostgresPoolSize is the connection pool of the PostgreSQL store when
+// DATABASE_URL does not set pool_max_conns: a payment holds a connection
+// for its handler's whole run, so this is how many payments one instance
+// makes at once (a request that finds none free within the store's budget
+// is answered 503). Two instances at this size stay under PostgreSQL's
+// default max_connections (100).
+const PostgresPoolSize = 32
+
+// StartTimeout bounds how long OpenBackend waits for Redis or PostgreSQL
+// to answer at start.
 const StartTimeout = 5 * time.Second
 
 // Backend is the idempotency store the service runs on, with what the
@@ -30,8 +40,12 @@ const StartTimeout = 5 * time.Second
 type Backend struct {
 	// Store keeps the claims and records.
 	Store store.Store
-	// Name says which store it is: "memory", "redis" or "redis-cluster".
+	// Name says which store it is: "memory", "redis", "redis-cluster" or
+	// "postgres".
 	Name string
+	// DB is the PostgreSQL pool the store and the payments share; nil
+	// without DATABASE_URL.
+	DB *pgxpool.Pool
 	// Ping reports whether the store answers; nil for the in-memory store,
 	// which always does.
 	Ping func(context.Context) error
@@ -40,18 +54,23 @@ type Backend struct {
 	Close func() error
 }
 
-// OpenBackend opens the store cfg selects: a Redis Cluster when
-// RedisClusterAddrs is set, a standalone Redis when RedisURL is set, and
-// otherwise the embedded in-memory store. Its first log line names the
-// store. A Redis store must answer within StartTimeout and is checked at
-// once (see store/redis.Store.Check): a server whose maxmemory-policy could
-// evict claims is an error, a server without persistence a warning.
+// OpenBackend opens the store cfg selects: PostgreSQL when DatabaseURL is
+// set, a Redis Cluster when RedisClusterAddrs is set, a standalone Redis
+// when RedisURL is set, and otherwise the embedded in-memory store. Its
+// first log line names the store. A Redis store must answer within
+// StartTimeout and is checked at once (see store/redis.Store.Check): a
+// server whose maxmemory-policy could evict claims is an error, a server
+// without persistence a warning. A PostgreSQL database must answer within
+// StartTimeout; the service creates its tables there when they are
+// missing.
 func OpenBackend(ctx context.Context, cfg Config, logger *slog.Logger) (*Backend, error) {
 	var (
 		client goredis.UniversalClient
 		name   string
 	)
 	switch {
+	case cfg.DatabaseURL != "":
+		return openPostgres(ctx, cfg.DatabaseURL, logger)
 	case len(cfg.RedisClusterAddrs) > 0:
 		name = "redis-cluster"
 		logger.Info("idempotency store", "store", name, "addrs", strings.Join(cfg.RedisClusterAddrs, ","))
@@ -75,7 +94,7 @@ func OpenBackend(ctx context.Context, cfg Config, logger *slog.Logger) (*Backend
 		client = goredis.NewClient(opts)
 	default:
 		logger.Info("idempotency store", "store", "memory",
-			"note", "keys live in this process only; set REDIS_URL to share them between instances")
+			"note", "keys live in this process only; set REDIS_URL or DATABASE_URL to share them between instances")
 		st, err := memory.New()
 		if err != nil {
 			return nil, err
@@ -122,4 +141,51 @@ func pinger(client goredis.UniversalClient) func(context.Context) error {
 		}
 	}
 	return func(ctx context.Context) error { return client.Ping(ctx).Err() }
+}
+
+// openPostgres opens the PostgreSQL store and the payments table on url.
+func openPostgres(ctx context.Context, url string, logger *slog.Logger) (*Backend, error) {
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// The URL may hold a password: do not repeat it.
+		return nil, errors.New("DATABASE_URL is not a valid postgres:// URL")
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		pcfg.MaxConns = PostgresPoolSize
+	}
+	logger.Info("idempotency store", "store", "postgres", "host", pcfg.ConnConfig.Host, "port", pcfg.ConnConfig.Port,
+		"database", pcfg.ConnConfig.Database, "pool", pcfg.MaxConns,
+		"note", "payments and idempotency records commit together")
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, StartTimeout)
+	defer cancel()
+	err = pool.Ping(wctx)
+	if err == nil {
+		err = postgres.Migrate(wctx, pool)
+	}
+	if err == nil {
+		err = createPayments(wctx, pool)
+	}
+	var st *postgres.Store
+	if err == nil {
+		st, err = postgres.New(wctx, pool)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("PostgreSQL: %w", err)
+	}
+	return &Backend{
+		Store: st,
+		Name:  "postgres",
+		DB:    pool,
+		Ping:  pool.Ping,
+		Close: func() error {
+			st.Close()
+			pool.Close()
+			return nil
+		},
+	}, nil
 }

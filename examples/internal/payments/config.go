@@ -28,9 +28,21 @@ type Config struct {
 	RedisURL string
 	// RedisClusterAddrs are the seed nodes of a Redis Cluster
 	// (REDIS_CLUSTER_ADDRS, comma-separated host:port). Empty: no cluster.
-	// With neither RedisURL nor RedisClusterAddrs the service keeps its
-	// keys in memory.
+	// With neither RedisURL nor RedisClusterAddrs (nor DatabaseURL) the
+	// service keeps its keys in memory.
 	RedisClusterAddrs []string
+	// DatabaseURL is a postgres:// URL (DATABASE_URL). Set, the service
+	// keeps its idempotency records and its payments in that database,
+	// and each payment commits with its kept answer in one transaction.
+	// Empty: no database. It cannot be combined with Redis.
+	DatabaseURL string
+	// PaymentDelay is how long POST /payments waits after making the
+	// payment and before answering (PAYMENT_DELAY, a Go duration such as
+	// "3s"): inside the request's transaction with DatabaseURL, so that a
+	// process killed meanwhile leaves no payment. Default 0; negative is
+	// an error. Past the route's 5 s deadline the payment is undone and
+	// answered 503.
+	PaymentDelay time.Duration
 	// BankDelay is how long the simulated bank takes per transfer
 	// (BANK_DELAY, a Go duration such as "200ms" or "5s"). Default
 	// DefaultBankDelay; 0 answers at once; negative is an error.
@@ -43,8 +55,8 @@ type Config struct {
 
 // ParseEnv reads the Config from the environment through getenv (os.Getenv
 // in main; a map in tests). It returns an error naming the variable when a
-// value is malformed, and when both REDIS_URL and REDIS_CLUSTER_ADDRS are
-// set.
+// value is malformed, and when more than one store is chosen (REDIS_URL,
+// REDIS_CLUSTER_ADDRS, DATABASE_URL).
 func ParseEnv(getenv func(string) string) (Config, error) {
 	c := Config{Addr: DefaultAddr, BankDelay: DefaultBankDelay}
 	if v := strings.TrimSpace(getenv("ADDR")); v != "" {
@@ -58,6 +70,20 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.RedisURL != "" && len(c.RedisClusterAddrs) > 0 {
 		return Config{}, errors.New("set REDIS_URL or REDIS_CLUSTER_ADDRS, not both")
+	}
+	c.DatabaseURL = strings.TrimSpace(getenv("DATABASE_URL"))
+	if c.DatabaseURL != "" && (c.RedisURL != "" || len(c.RedisClusterAddrs) > 0) {
+		return Config{}, errors.New("set DATABASE_URL or REDIS_URL (or REDIS_CLUSTER_ADDRS), not both: with DATABASE_URL the idempotency records live in PostgreSQL, in the payments' own transactions")
+	}
+	if v := strings.TrimSpace(getenv("PAYMENT_DELAY")); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("PAYMENT_DELAY: %q is not a Go duration such as 500ms or 3s", v)
+		}
+		if d < 0 {
+			return Config{}, fmt.Errorf("PAYMENT_DELAY: %v is negative", d)
+		}
+		c.PaymentDelay = d
 	}
 	if v := strings.TrimSpace(getenv("BANK_DELAY")); v != "" {
 		d, err := time.ParseDuration(v)

@@ -21,8 +21,11 @@ func TestParseEnvDefaults(t *testing.T) {
 	if c.BankDelay != 200*time.Millisecond {
 		t.Errorf("BankDelay %v, want 200ms", c.BankDelay)
 	}
-	if c.RedisURL != "" || c.RedisClusterAddrs != nil {
-		t.Errorf("Redis %q %q, want none (the in-memory store)", c.RedisURL, c.RedisClusterAddrs)
+	if c.RedisURL != "" || c.RedisClusterAddrs != nil || c.DatabaseURL != "" {
+		t.Errorf("Redis %q %q, database %q, want none (the in-memory store)", c.RedisURL, c.RedisClusterAddrs, c.DatabaseURL)
+	}
+	if c.PaymentDelay != 0 {
+		t.Errorf("PaymentDelay %v, want 0", c.PaymentDelay)
 	}
 	if c.LogLevel != slog.LevelInfo {
 		t.Errorf("LogLevel %v, want info", c.LogLevel)
@@ -55,6 +58,13 @@ func TestParseEnvValues(t *testing.T) {
 	if c.RedisURL != "redis://127.0.0.1:6379/2" || c.BankDelay != 0 {
 		t.Errorf("%+v", c)
 	}
+	c, err = ParseEnv(env(map[string]string{"DATABASE_URL": " postgres://postgres@127.0.0.1:5432/test ", "PAYMENT_DELAY": "3s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DatabaseURL != "postgres://postgres@127.0.0.1:5432/test" || c.PaymentDelay != 3*time.Second {
+		t.Errorf("%+v", c)
+	}
 }
 
 func TestParseEnvErrors(t *testing.T) {
@@ -66,6 +76,10 @@ func TestParseEnvErrors(t *testing.T) {
 		{map[string]string{"BANK_DELAY": "-1s"}, "BANK_DELAY"},
 		{map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
 		{map[string]string{"REDIS_URL": "redis://a:6379", "REDIS_CLUSTER_ADDRS": "b:6379"}, "not both"},
+		{map[string]string{"REDIS_URL": "redis://a:6379", "DATABASE_URL": "postgres://b/db"}, "DATABASE_URL or REDIS_URL"},
+		{map[string]string{"REDIS_CLUSTER_ADDRS": "a:6379", "DATABASE_URL": "postgres://b/db"}, "DATABASE_URL or REDIS_URL"},
+		{map[string]string{"PAYMENT_DELAY": "3"}, "PAYMENT_DELAY"},
+		{map[string]string{"PAYMENT_DELAY": "-1s"}, "PAYMENT_DELAY"},
 	} {
 		_, err := ParseEnv(env(tc.env))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"sync"
@@ -41,6 +42,19 @@ type Profile struct {
 	Name string `json:"name"`
 }
 
+// paymentBook is where payments are made: the ledger in this process's
+// memory, or the payments table of the database (DATABASE_URL).
+type paymentBook interface {
+	// add makes payment p as part of the request whose context is ctx,
+	// and returns how to undo it when the request fails after all (nil
+	// when the request's transaction takes care of that).
+	add(ctx context.Context, p Payment) (undo func(), err error)
+	// all returns every payment, oldest first; never nil.
+	all(ctx context.Context) ([]Payment, error)
+	// get returns the payment with id, and whether there is one.
+	get(ctx context.Context, id string) (Payment, bool, error)
+}
+
 // ledger is what this process has done, in order. It lives in memory: a
 // second instance has its own, which is what lets a test count how many
 // times each instance ran a handler.
@@ -56,29 +70,48 @@ func newLedger() *ledger {
 	return &ledger{byID: map[string]int{}, profiles: map[string]Profile{}}
 }
 
-func (l *ledger) addPayment(p Payment) {
+// memoryPayments is the paymentBook of a service without a database.
+type memoryPayments struct{ *ledger }
+
+func (l memoryPayments) add(_ context.Context, p Payment) (func(), error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.byID[p.ID] = len(l.payments)
 	l.payments = append(l.payments, p)
+	return func() { l.remove(p.ID) }, nil
 }
 
-func (l *ledger) payment(id string) (Payment, bool) {
+// remove undoes the payment with id.
+func (l memoryPayments) remove(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	i, ok := l.byID[id]
 	if !ok {
-		return Payment{}, false
+		return
 	}
-	return l.payments[i], true
+	l.payments = append(l.payments[:i], l.payments[i+1:]...)
+	delete(l.byID, id)
+	for j := i; j < len(l.payments); j++ {
+		l.byID[l.payments[j].ID] = j
+	}
 }
 
-// allPayments returns every payment, oldest first; never nil, so that it
-// encodes as [] when there are none.
-func (l *ledger) allPayments() []Payment {
+func (l memoryPayments) get(_ context.Context, id string) (Payment, bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append(make([]Payment, 0, len(l.payments)), l.payments...)
+	i, ok := l.byID[id]
+	if !ok {
+		return Payment{}, false, nil
+	}
+	return l.payments[i], true, nil
+}
+
+// all returns every payment, oldest first; never nil, so that it encodes
+// as [] when there are none.
+func (l memoryPayments) all(context.Context) ([]Payment, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append(make([]Payment, 0, len(l.payments)), l.payments...), nil
 }
 
 func (l *ledger) addTransfer(t Transfer) {

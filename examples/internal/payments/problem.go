@@ -34,7 +34,9 @@ const (
 	// deadline. Not kept, like CodeBankUnavailable.
 	CodeBankTimeout = "bank_timeout"
 	// CodeUnavailable (503): the idempotency store does not answer
-	// (GET /healthz).
+	// (GET /healthz); a payment could not be made, or outlived its
+	// deadline, and was undone; the database could not be read (GET
+	// /payments with DATABASE_URL). Not kept: retry.
 	CodeUnavailable = "unavailable"
 )
 

@@ -9,6 +9,8 @@
 //	ADDR                 where to listen; default 127.0.0.1:8080
 //	REDIS_URL            redis:// URL of a Redis to keep keys in; unset: in memory
 //	REDIS_CLUSTER_ADDRS  comma-separated seed nodes of a Redis Cluster instead
+//	DATABASE_URL         postgres:// URL: keep keys and payments in PostgreSQL, in one transaction
+//	PAYMENT_DELAY        how long POST /payments waits after paying, before answering; default 0
 //	BANK_DELAY           how long the simulated bank takes; default 200ms
 //	LOG_LEVEL            debug, info (default), warn or error
 //
@@ -153,12 +155,18 @@ func Run(ctx context.Context, getenv func(string) string, logger *slog.Logger, r
 	if err != nil {
 		return err
 	}
+	led := newLedger()
+	var pays paymentBook = memoryPayments{led}
+	if backend.DB != nil {
+		pays = dbPayments{backend.DB}
+	}
 	s := &Service{
 		metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		cfg:     cfg,
 		backend: backend,
 		idem:    idem,
-		ledger:  newLedger(),
+		ledger:  led,
+		pays:    pays,
 		bankURL: bankURL,
 		bank:    &http.Client{Transport: bankTransport},
 		logger:  logger,

@@ -22,6 +22,7 @@ type Service struct {
 	backend *Backend
 	idem    *middleware.Middleware
 	ledger  *ledger
+	pays    paymentBook
 	bankURL string
 	bank    *http.Client
 	logger  *slog.Logger
@@ -43,6 +44,14 @@ func (s *Service) TransferDeadline() time.Duration { return s.cfg.TransferDeadli
 // "currency": "<3 upper-case letters>"} makes a payment for the caller and
 // answers 201 with it and its Location. A bad body is 400 invalid_request,
 // which the middleware keeps like any 4xx: a repeat replays the 400.
+//
+// With DATABASE_URL the payment is inserted through the request's
+// transaction (postgres.Tx), which the middleware commits together with
+// the kept answer, before the answer goes out. PAYMENT_DELAY waits after
+// the payment and before the answer: a process killed meanwhile leaves no
+// payment, and the retry runs at once. A payment that cannot be made, or
+// whose wait outlives the route's deadline, is answered 503 unavailable
+// and undone (rolled back), so the retry makes it.
 func (s *Service) CreatePayment(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Amount   *int64  `json:"amount"`
@@ -60,24 +69,59 @@ func (s *Service) CreatePayment(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, r, errBadRequest(`"currency" must be three upper-case letters, such as "EUR".`))
 		return
 	}
+	ctx := r.Context()
 	p := Payment{ID: newID("pay_"), Amount: *in.Amount, Currency: *in.Currency, User: user(r)}
-	s.ledger.addPayment(p)
+	undo, err := s.pays.add(ctx, p)
+	if err != nil {
+		s.logger.Warn("payment failed", "error", err)
+		writeProblem(w, r, http.StatusServiceUnavailable, CodeUnavailable, "The payment could not be made; retry with the same idempotency key.")
+		return
+	}
+	if d := s.cfg.PaymentDelay; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			if undo != nil {
+				undo()
+			}
+			writeProblem(w, r, http.StatusServiceUnavailable, CodeUnavailable, "The payment took longer than its deadline and was undone; retry with the same idempotency key.")
+			return
+		}
+	}
 	w.Header().Set("Location", "/payments/"+p.ID)
 	writeJSON(w, http.StatusCreated, p)
 }
 
-// ListPayments is GET /payments: every payment this process made, oldest
-// first, for every user. A replayed request adds nothing here, so the
-// length counts how many times CreatePayment ran.
+// ListPayments is GET /payments: every payment, oldest first, for every
+// user: those this process made, or with DATABASE_URL every payment in the
+// database, committed. A replayed request adds nothing here, so the length
+// counts how many times CreatePayment ran (and committed).
 func (s *Service) ListPayments(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.ledger.allPayments())
+	ps, err := s.pays.all(r.Context())
+	if err != nil {
+		s.unavailable(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ps)
+}
+
+// unavailable answers 503 for a database that failed a read.
+func (s *Service) unavailable(w http.ResponseWriter, r *http.Request, err error) {
+	s.logger.Warn("reading payments failed", "error", err)
+	writeProblem(w, r, http.StatusServiceUnavailable, CodeUnavailable, "The payments could not be read; try again.")
 }
 
 // GetPayment is GET /payments/{id}: 200 with the payment, or 404
 // not_found. The router sets the path value id (http.ServeMux patterns and
 // chi both do).
 func (s *Service) GetPayment(w http.ResponseWriter, r *http.Request) {
-	p, ok := s.ledger.payment(r.PathValue("id"))
+	p, ok, err := s.pays.get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.unavailable(w, r, err)
+		return
+	}
 	if !ok {
 		writeProblem(w, r, http.StatusNotFound, CodeNotFound, "There is no payment with this id.")
 		return

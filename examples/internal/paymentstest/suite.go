@@ -20,6 +20,7 @@ import (
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/client"
 	"github.com/idemkey/idemkey/examples/internal/payments"
+	"github.com/idemkey/idemkey/internal/pgtest"
 	"github.com/idemkey/idemkey/internal/redistest"
 	"github.com/idemkey/idemkey/middleware"
 )
@@ -28,14 +29,33 @@ import (
 type backend struct {
 	name string            // what GET /healthz reports
 	env  map[string]string // the environment that selects it
+	// database, when set, makes the environment of one service (or of
+	// instances that share a database) instead of env: a database of the
+	// test's own.
+	database func(t *testing.T) map[string]string
+	// shared: the payments live in the database, and every instance
+	// lists them all.
+	shared bool
+}
+
+// environ returns the environment of a service the test starts.
+func (b backend) environ(t *testing.T) map[string]string {
+	if b.database != nil {
+		return b.database(t)
+	}
+	return b.env
 }
 
 // Run runs the end-to-end suite against the service that routes builds:
 // with the in-memory store; against a standalone redis-server and a
 // three-node Redis Cluster spawned for the test on free loopback ports
 // (skipped without a redis-server binary, failed when CI is set); against
-// the Redis at REDIS_URL when that is set; and, against Redis, with two
-// instances that share it.
+// the Redis at REDIS_URL when that is set; against a PostgreSQL cluster
+// spawned for the test (skipped without the server binaries, failed when
+// CI is set), where each service gets a schema of its own; against the
+// PostgreSQL at DATABASE_URL when that is set, with fewer tests and small
+// pools (a shared server has few connections to spare); and, against
+// Redis and PostgreSQL, with two instances that share it.
 func Run(t *testing.T, routes payments.Routes) {
 	t.Run("memory", func(t *testing.T) {
 		t.Parallel()
@@ -57,6 +77,33 @@ func Run(t *testing.T, routes payments.Routes) {
 			b := backend{name: "redis", env: map[string]string{"REDIS_URL": u}}
 			suite(t, routes, b)
 			t.Run("TwoInstancesRunOnce", func(t *testing.T) { t.Parallel(); testTwoInstances(t, routes, b) })
+		})
+	}
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		srv := pgtest.Start(t, "max_connections=400")
+		b := pgBackend(srv.URL, 8)
+		suite(t, routes, b)
+		t.Run("TwoInstancesRunOnce", func(t *testing.T) { t.Parallel(); testTwoInstances(t, routes, b) })
+		t.Run("PaymentNotVisibleUntilCommitted", func(t *testing.T) { t.Parallel(); testPaymentInTransaction(t, routes, b) })
+		t.Run("DatabaseDown", func(t *testing.T) { t.Parallel(); testDatabaseDown(t, routes) })
+	})
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		// A PostgreSQL the environment provides (CI starts one): the
+		// tests that show the transaction, in schemas of their own that
+		// are dropped after them.
+		t.Run("postgres-url", func(t *testing.T) {
+			t.Parallel()
+			b := pgBackend(u, 4)
+			for name, f := range map[string]func(*testing.T, payments.Routes, backend){
+				"LostReplyIsReplayed":             testLostReply,
+				"ConcurrentRetriesRunOnce":        testConcurrent,
+				"Healthz":                         testHealthz,
+				"TwoInstancesRunOnce":             testTwoInstances,
+				"PaymentNotVisibleUntilCommitted": testPaymentInTransaction,
+			} {
+				t.Run(name, func(t *testing.T) { t.Parallel(); f(t, routes, b) })
+			}
 		})
 	}
 	t.Run("redis-cluster", func(t *testing.T) {
@@ -94,6 +141,8 @@ func suite(t *testing.T, routes payments.Routes, b backend) {
 		{"Healthz", testHealthz},
 		{"RouteErrors", testRouteErrors},
 		{"MetricsAndOpenAPI", testMetricsAndOpenAPI},
+		{"SlowPaymentIsInFlight", testPaymentDelay},
+		{"PaymentPastDeadlineIsUndone", testPaymentPastDeadline},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,7 +178,7 @@ func retrying(t *testing.T, rt http.RoundTripper) *http.Client {
 // A reply to a POST is lost on its way back; the client retries with the
 // same key and gets the first answer, replayed; one payment was made.
 func testLostReply(t *testing.T, routes payments.Routes, b backend) {
-	s := start(t, routes, b.env, payments.Options{})
+	s := start(t, routes, b.environ(t), payments.Options{})
 	lose := &loseReplies{base: s.client.Transport, n: 1}
 	c := retrying(t, lose)
 
@@ -178,7 +227,7 @@ func testLostReply(t *testing.T, routes payments.Routes, b backend) {
 // first is done, a repeat replays it.
 func testConflict(t *testing.T, routes payments.Routes, b backend) {
 	var hold *holdFirst
-	s := start(t, routes, with(b.env, "BANK_DELAY", "20ms"), payments.Options{
+	s := start(t, routes, with(b.environ(t), "BANK_DELAY", "20ms"), payments.Options{
 		WrapBankTransport: func(rt http.RoundTripper) http.RoundTripper { hold = newHoldFirst(rt); return hold },
 	})
 	key := newKey()
@@ -245,7 +294,7 @@ func testConflict(t *testing.T, routes payments.Routes, b backend) {
 // The same key with a different request is 422, on the same route or
 // another; the same request with its JSON keys reordered is a replay.
 func testChangedRequest(t *testing.T, routes payments.Routes, b backend) {
-	s := start(t, routes, b.env, payments.Options{})
+	s := start(t, routes, b.environ(t), payments.Options{})
 	key := newKey()
 	first := s.do(req{method: http.MethodPost, path: "/payments", user: "alice", key: key, body: payment(10, "EUR"), requestID: "req-first"})
 	if first.Status != http.StatusCreated || first.replayed() {
@@ -287,7 +336,7 @@ func testChangedRequest(t *testing.T, routes payments.Routes, b backend) {
 // POST /payments and POST /transfers without a key, or with a malformed
 // one, are 400 and run nothing.
 func testMissingKey(t *testing.T, routes payments.Routes, b backend) {
-	s := start(t, routes, b.env, payments.Options{})
+	s := start(t, routes, b.environ(t), payments.Options{})
 	for _, tc := range []struct {
 		q    req
 		code string
@@ -317,7 +366,7 @@ func testMissingKey(t *testing.T, routes payments.Routes, b backend) {
 // Two users (and an anonymous caller) who send the same key each get
 // their own payment: keys live per user.
 func testTwoUsers(t *testing.T, routes payments.Routes, b backend) {
-	s := start(t, routes, b.env, payments.Options{})
+	s := start(t, routes, b.environ(t), payments.Options{})
 	key := newKey()
 	var got []payments.Payment
 	for _, u := range []string{"alice", "bob", ""} {
@@ -350,7 +399,7 @@ func testTwoUsers(t *testing.T, routes payments.Routes, b backend) {
 // transfer it made instead of making another.
 func testRetriedTransfer(t *testing.T, routes payments.Routes, b backend) {
 	lose := &loseReplies{n: client.DefaultMaxAttempts}
-	s := start(t, routes, with(b.env, "BANK_DELAY", "5ms"), payments.Options{
+	s := start(t, routes, with(b.environ(t), "BANK_DELAY", "5ms"), payments.Options{
 		WrapBankTransport: func(rt http.RoundTripper) http.RoundTripper { lose.base = rt; return lose },
 	})
 	key := newKey()
@@ -406,7 +455,7 @@ func testRetriedTransfer(t *testing.T, routes payments.Routes, b backend) {
 // A transfer's reply is lost on its way to the client; the retry is
 // replayed, and the bank was called once.
 func testLostTransferReply(t *testing.T, routes payments.Routes, b backend) {
-	s := start(t, routes, with(b.env, "BANK_DELAY", "5ms"), payments.Options{})
+	s := start(t, routes, with(b.environ(t), "BANK_DELAY", "5ms"), payments.Options{})
 	lose := &loseReplies{base: s.client.Transport, n: 1}
 	c := retrying(t, lose)
 	rep := do(t, c, s.Service, req{method: http.MethodPost, path: "/transfers", user: "alice", key: newKey(), body: transfer(7, "acct-dan")})
@@ -428,7 +477,7 @@ func testLostTransferReply(t *testing.T, routes payments.Routes, b backend) {
 // A malformed body is 400 invalid_request problem+json, kept: its repeat
 // replays the 400, and nothing is made.
 func testBadRequest(t *testing.T, routes payments.Routes, b backend) {
-	s := start(t, routes, b.env, payments.Options{})
+	s := start(t, routes, b.environ(t), payments.Options{})
 	bodies := []string{
 		"",
 		"not json",
@@ -475,7 +524,7 @@ func testBadRequest(t *testing.T, routes payments.Routes, b backend) {
 
 // PUT /profile runs every time without a key, and replays with one.
 func testProfile(t *testing.T, routes payments.Routes, b backend) {
-	s := start(t, routes, b.env, payments.Options{})
+	s := start(t, routes, b.environ(t), payments.Options{})
 	want := `{"user":"alice","name":"Alice"}` + "\n"
 	for i := range 2 {
 		rep := s.do(req{method: http.MethodPut, path: "/profile", user: "alice", body: `{"name":"Alice"}`})
@@ -502,7 +551,7 @@ func testProfile(t *testing.T, routes payments.Routes, b backend) {
 
 // GET /payments/{id} is the payment, or 404 problem+json.
 func testGetPayment(t *testing.T, routes payments.Routes, b backend) {
-	s := start(t, routes, b.env, payments.Options{})
+	s := start(t, routes, b.environ(t), payments.Options{})
 	created := s.do(req{method: http.MethodPost, path: "/payments", user: "dora", key: newKey(), body: payment(123, "JPY")})
 	if created.Status != http.StatusCreated {
 		t.Fatalf("create: %d %s", created.Status, created.Body)
@@ -525,7 +574,7 @@ func testGetPayment(t *testing.T, routes payments.Routes, b backend) {
 // Many tries of one request at once make one payment: one runs, the others
 // get 409 or the replay.
 func testConcurrent(t *testing.T, routes payments.Routes, b backend) {
-	s := start(t, routes, b.env, payments.Options{})
+	s := start(t, routes, b.environ(t), payments.Options{})
 	q := req{method: http.MethodPost, path: "/payments", user: "erin", key: newKey(), body: payment(5, "GBP")}
 	burst(t, q, s, s)
 	if ps := s.payments(); len(ps) != 1 {
@@ -586,7 +635,7 @@ func burst(t *testing.T, q req, instances ...*service) {
 // Shutting down (SIGTERM) lets a transfer in flight finish.
 func testShutdown(t *testing.T, routes payments.Routes, b backend) {
 	var hold *holdFirst
-	s := start(t, routes, with(b.env, "BANK_DELAY", "5ms"), payments.Options{
+	s := start(t, routes, with(b.environ(t), "BANK_DELAY", "5ms"), payments.Options{
 		WrapBankTransport: func(rt http.RoundTripper) http.RoundTripper { hold = newHoldFirst(rt); return hold },
 	})
 	type result struct {
@@ -640,7 +689,7 @@ func testShutdown(t *testing.T, routes payments.Routes, b backend) {
 
 // GET /healthz is 200 and names the store.
 func testHealthz(t *testing.T, routes payments.Routes, b backend) {
-	s := start(t, routes, b.env, payments.Options{})
+	s := start(t, routes, b.environ(t), payments.Options{})
 	rep := s.do(req{method: http.MethodGet, path: "/healthz"})
 	h := decodeInto[map[string]string](t, rep)
 	if rep.Status != http.StatusOK || h["status"] != "ok" || h["store"] != b.name {
@@ -650,7 +699,7 @@ func testHealthz(t *testing.T, routes payments.Routes, b backend) {
 
 // Unknown routes, wrong methods and bad credentials are problem+json too.
 func testRouteErrors(t *testing.T, routes payments.Routes, b backend) {
-	s := start(t, routes, b.env, payments.Options{})
+	s := start(t, routes, b.environ(t), payments.Options{})
 	rep := s.do(req{method: http.MethodGet, path: "/nowhere", requestID: "req-404"})
 	if rep.Status != http.StatusNotFound || rep.problem(t).Code != payments.CodeNotFound {
 		t.Errorf("GET /nowhere: %d %s, want 404 %s", rep.Status, rep.Body, payments.CodeNotFound)
@@ -688,8 +737,9 @@ func testRouteErrors(t *testing.T, routes payments.Routes, b backend) {
 // Two instances on one Redis: a request made on one is replayed by the
 // other, and tries spread over both run once in all.
 func testTwoInstances(t *testing.T, routes payments.Routes, b backend) {
-	a := start(t, routes, b.env, payments.Options{})
-	c := start(t, routes, b.env, payments.Options{})
+	env := b.environ(t)
+	a := start(t, routes, env, payments.Options{})
+	c := start(t, routes, env, payments.Options{})
 	q := req{method: http.MethodPost, path: "/payments", user: "hal", key: newKey(), body: payment(50, "CHF")}
 	first := a.do(q)
 	if first.Status != http.StatusCreated || first.replayed() {
@@ -699,13 +749,21 @@ func testTwoInstances(t *testing.T, routes payments.Routes, b backend) {
 	if second.Status != http.StatusCreated || !second.replayed() || !bytes.Equal(second.Body, first.Body) {
 		t.Fatalf("instance B: %d replayed=%v %s, want A's 201 replayed", second.Status, second.replayed(), second.Body)
 	}
-	if pa, pc := a.payments(), c.payments(); len(pa) != 1 || len(pc) != 0 {
+	pa, pc := a.payments(), c.payments()
+	switch {
+	case b.shared && (len(pa) != 1 || !slices.Equal(pa, pc)):
+		t.Errorf("payments: A %+v, B %+v; want the one payment in the database, on both", pa, pc)
+	case !b.shared && (len(pa) != 1 || len(pc) != 0):
 		t.Errorf("payments: A %+v, B %+v; want one on A, none on B", pa, pc)
 	}
 
 	q = req{method: http.MethodPost, path: "/payments", user: "hal", key: newKey(), body: payment(60, "CHF")}
 	burst(t, q, a, c)
-	if total := len(a.payments()) + len(c.payments()); total != 2 {
+	total := len(a.payments()) + len(c.payments())
+	if b.shared {
+		total = len(a.payments())
+	}
+	if total != 2 {
 		t.Errorf("the two instances made %d payments in all, want 2", total)
 	}
 }
@@ -735,7 +793,7 @@ func testStoreDown(t *testing.T, routes payments.Routes) {
 // GET /metrics counts the idempotency decisions, and GET /openapi.json
 // describes exactly the covered operations.
 func testMetricsAndOpenAPI(t *testing.T, routes payments.Routes, b backend) {
-	s := start(t, routes, b.env, payments.Options{})
+	s := start(t, routes, b.environ(t), payments.Options{})
 	pay := req{method: http.MethodPost, path: "/payments", user: "alice", key: newKey(), body: `{"amount":10,"currency":"EUR"}`}
 	s.do(pay)
 	s.do(pay)
