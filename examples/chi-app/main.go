@@ -5,7 +5,9 @@
 //	go run ./examples/chi-app
 //	curl -i -X POST localhost:8080/payments -H 'Idempotency-Key: k1' -d '{"amount":10,"currency":"EUR"}'
 //
-// Without REDIS_URL it keeps its keys in memory. The service itself (its
+// Without REDIS_URL or DATABASE_URL it keeps its keys in memory; with
+// DATABASE_URL its payments and their kept answers commit together in
+// PostgreSQL. The service itself (its
 // handlers, the demo authentication, the simulated bank and the store
 // chosen from the environment) lives in examples/internal/payments and is
 // the same for examples/nethttp-app; this file is only its routing. See
