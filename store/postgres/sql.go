@@ -1,7 +1,7 @@
 package postgres
 
 import (
-	"strings"
+	"regexp"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -172,15 +172,16 @@ FROM (SELECT count(*) AS n FROM kept) k`
 type statements struct {
 	claim, claimTx, takeover, complete, release, extend string
 	keepTx, releaseTx, sweep                            string
+	inspect, delete, stats                              string
 }
+
+// tableWord is the table's placeholder in the statements: T, as a word of
+// its own (no keyword the statements use is a lone T).
+var tableWord = regexp.MustCompile(`\bT\b`)
 
 func newStatements(table pgx.Identifier) statements {
 	name := table.Sanitize()
-	f := func(sql string) string {
-		// T appears only as a whole word after INTO, UPDATE, FROM.
-		r := strings.NewReplacer(" T ", " "+name+" ", " T\n", " "+name+"\n")
-		return r.Replace(sql)
-	}
+	f := func(sql string) string { return tableWord.ReplaceAllLiteralString(sql, name) }
 	return statements{
 		claim:     f(claimSQL),
 		claimTx:   f(claimTxSQL),
@@ -191,5 +192,8 @@ func newStatements(table pgx.Identifier) statements {
 		keepTx:    f(keepTxSQL),
 		releaseTx: f(releaseTxSQL),
 		sweep:     f(sweepSQL),
+		inspect:   f(inspectSQL),
+		delete:    f(deleteSQL),
+		stats:     f(statsSQL),
 	}
 }

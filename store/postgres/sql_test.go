@@ -1,0 +1,26 @@
+package postgres
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestStatementsNameTheTable: every statement names the table where it
+// had T, and no T is left.
+func TestStatementsNameTheTable(t *testing.T) {
+	st := newStatements(pgx.Identifier{"app", "idem"})
+	v := reflect.ValueOf(st)
+	for i := range v.NumField() {
+		sql := v.Field(i).String()
+		name := v.Type().Field(i).Name
+		if !strings.Contains(sql, `"app"."idem"`) {
+			t.Errorf("%s does not name the table:\n%s", name, sql)
+		}
+		if tableWord.MatchString(sql) {
+			t.Errorf("%s still holds T:\n%s", name, sql)
+		}
+	}
+}
