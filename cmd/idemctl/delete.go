@@ -39,7 +39,7 @@ func del(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ent, err := fetch(ctx, e.rdb, key, false)
+	ent, err := e.fetch(ctx, key, false)
 	if err != nil {
 		return err
 	}
@@ -75,11 +75,18 @@ func del(ctx context.Context, e *env, args []string) error {
 			return finish("not deleted")
 		}
 	}
-	n, err := deleteIfSame.Run(ctx, e.rdb, []string{key}, ent.raw).Int()
+	var gone bool
+	if e.pg != nil {
+		gone, err = e.pg.Delete(ctx, key, ent.pgRow)
+	} else {
+		var n int
+		n, err = deleteIfSame.Run(ctx, e.rdb, []string{key}, ent.raw).Int()
+		gone = n == 1
+	}
 	if err != nil {
 		return err
 	}
-	if n == 0 {
+	if !gone {
 		out.Reason = "changed"
 		return finish("not deleted: the key changed since it was read (run the command again to see it now)")
 	}

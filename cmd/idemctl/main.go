@@ -1,8 +1,8 @@
 // Command idemctl inspects the idempotency records a service keeps in Redis
-// (package store/redis): it shows what one key holds, deletes it, and counts
-// what the store holds.
+// (package store/redis) or PostgreSQL (package store/postgres): it shows
+// what one key holds, deletes it, and counts what the store holds.
 //
-//	idemctl [--redis URL] [--cluster] [--json] [--timeout D] <command> [flags]
+//	idemctl [--redis URL [--cluster] | --database-url URL [--table NAME]] [--json] [--timeout D] <command> [flags]
 //
 //	idemctl show   --scope alice --key k1      # the record of alice's key k1
 //	idemctl show   --digest <64 hex>           # the record a log line names
@@ -29,12 +29,24 @@
 // (middleware.WithLocalCache) go on replaying a deleted record until their
 // entries lapse.
 //
+// With PostgreSQL, show prints the row's size in the table instead of
+// memory, says when a row has expired but is not swept yet (the store
+// treats its key as free), and, for a claim made in a request's
+// transaction, whether its owner is alive (its session holds the claim's
+// advisory lock) or gone (the next request takes the key over). delete
+// deletes the row only while it is the row shown (same owner, state and
+// expiry).
+//
 // stats scans the keys (SCAN MATCH idem:v1:* COUNT --count) on every master,
 // counts records, in-flight claims and values it cannot read, measures the
 // memory of up to --sample keys with MEMORY USAGE (all of them when there
 // are no more, otherwise an estimate from the mean), and reports each
 // master's INFO memory: used memory, maxmemory and maxmemory-policy, which
-// must be noeviction.
+// must be noeviction. With PostgreSQL it counts the table's rows (a scan of
+// the whole table): records, claims in flight (and how many in a request's
+// transaction), expired rows not swept yet; and reports the table's size
+// and its indexes', the dead row versions awaiting vacuum, and when the
+// table was last vacuumed.
 //
 // Flags:
 //
@@ -43,6 +55,12 @@
 //	              redis://127.0.0.1:6379/0
 //	--cluster     the URL names a Redis Cluster node; further nodes may be
 //	              added as ?addr=host:port parameters
+//	--database-url URL
+//	              a PostgreSQL store instead, as postgres://user@host:port/db;
+//	              default $DATABASE_URL when neither --redis nor $REDIS_URL
+//	              is set (both variables set is a usage error)
+//	--table NAME  the PostgreSQL store's table, name or schema.name;
+//	              default idemkey_records
 //	--json        print JSON instead of text (also accepted after the
 //	              command)
 //	--timeout D   how long the whole command may take; default 30s

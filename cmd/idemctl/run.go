@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/postgres"
 )
 
 // Exit statuses.
@@ -27,9 +28,11 @@ const (
 // defaultURL is the server when neither --redis nor REDIS_URL names one.
 const defaultURL = "redis://127.0.0.1:6379/0"
 
-// env holds what every command needs.
+// env holds what every command needs: a Redis client, or a PostgreSQL
+// store.
 type env struct {
 	rdb    goredis.UniversalClient
+	pg     *postgres.Store
 	json   bool
 	stdin  io.Reader
 	stdout io.Writer
@@ -43,12 +46,13 @@ var errUsage = errors.New("usage")
 // exits 1: the key is not there, or the deletion was declined.
 var errNotDone = errors.New("not done")
 
-const usage = `usage: idemctl [--redis URL] [--cluster] [--json] [--timeout D] <command> [flags]
+const usage = `usage: idemctl [--redis URL [--cluster] | --database-url URL [--table NAME]] [--json] [--timeout D] <command> [flags]
 
 commands:
   show   --scope S --key K | --digest HEX [--body]   show what a key holds
   delete --scope S --key K | --digest HEX [--yes]    delete a key, after asking
-  stats  [--count N] [--sample N]                    count records and claims, report memory
+  stats  [--count N] [--sample N]                    count records and claims, report memory (Redis)
+                                                     or the table's size and vacuum state (PostgreSQL)
 
 Run "idemctl <command> --help" for a command's flags.
 `
@@ -61,6 +65,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	url := fs.String("redis", "", "Redis URL; default $REDIS_URL, else "+defaultURL)
 	cluster := fs.Bool("cluster", false, "the URL names a Redis Cluster node")
+	dbURL := fs.String("database-url", "", "PostgreSQL URL of a store/postgres table; default $DATABASE_URL when --redis and $REDIS_URL are not set")
+	table := fs.String("table", postgres.DefaultTable, "the PostgreSQL store's table (name or schema.name)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long the whole command may take")
 	if err := fs.Parse(args); err != nil {
@@ -87,25 +93,43 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitUsage
 	}
 
-	if *url == "" {
-		*url = os.Getenv("REDIS_URL")
-	}
-	if *url == "" {
-		*url = defaultURL
-	}
-	rdb, err := connect(*url, *cluster)
-	if err != nil {
-		fmt.Fprintf(stderr, "idemctl: %v\n", err)
-		return exitUsage
-	}
-	defer rdb.Close()
 	if *timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, *timeout)
 		defer cancel()
 	}
+	e := &env{json: *asJSON, stdin: stdin, stdout: stdout, stderr: stderr}
+	switch pgURL, err := chooseStore(*url, *dbURL, *cluster); {
+	case err != nil:
+		fmt.Fprintf(stderr, "idemctl: %v\n", err)
+		return exitUsage
+	case pgURL != "":
+		st, closeDB, err := connectPostgres(ctx, pgURL, *table)
+		if err != nil {
+			fmt.Fprintf(stderr, "idemctl: %v\n", err)
+			if errors.Is(err, errUsage) {
+				return exitUsage
+			}
+			return exitFail
+		}
+		defer closeDB()
+		e.pg = st
+	default:
+		if *url == "" {
+			*url = os.Getenv("REDIS_URL")
+		}
+		if *url == "" {
+			*url = defaultURL
+		}
+		rdb, err := connect(*url, *cluster)
+		if err != nil {
+			fmt.Fprintf(stderr, "idemctl: %v\n", err)
+			return exitUsage
+		}
+		defer rdb.Close()
+		e.rdb = rdb
+	}
 
-	e := &env{rdb: rdb, json: *asJSON, stdin: stdin, stdout: stdout, stderr: stderr}
 	switch err := f(ctx, e, rest); {
 	case err == nil:
 		return exitOK

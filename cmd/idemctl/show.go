@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/postgres"
 	"github.com/idemkey/idemkey/store/redis"
 )
 
@@ -42,8 +43,25 @@ type entry struct {
 	ValueBytes  int    `json:"value_bytes,omitempty"`
 	MemoryBytes int64  `json:"memory_bytes,omitempty"`
 	Error       string `json:"error,omitempty"`
+	// PostgreSQL only. Expired: the row's life is over and the sweeper
+	// has not deleted it yet (the store treats the key as free; TTLSeconds
+	// is how long ago it expired, negative). Transactional: a claim made
+	// in a request's transaction; OwnerGone: its owner's session is gone,
+	// and the next request takes the key over.
+	Expired       bool `json:"expired,omitempty"`
+	Transactional bool `json:"transactional,omitempty"`
+	OwnerGone     bool `json:"owner_gone,omitempty"`
 
-	raw string // the value read, for delete's compare-and-delete
+	raw   string       // the value read, for delete's compare-and-delete (Redis)
+	pgRow postgres.Row // the row read, for delete's compare-and-delete (PostgreSQL)
+}
+
+// fetch reads what key holds from the store e names.
+func (e *env) fetch(ctx context.Context, key string, withBody bool) (*entry, error) {
+	if e.pg != nil {
+		return fetchPostgres(ctx, e.pg, key, withBody)
+	}
+	return fetch(ctx, e.rdb, key, withBody)
 }
 
 // fetch reads what key holds, its remaining life and its memory usage in
@@ -126,7 +144,7 @@ func show(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ent, err := fetch(ctx, e.rdb, key, *body)
+	ent, err := e.fetch(ctx, key, *body)
 	if err != nil {
 		return err
 	}
@@ -168,10 +186,19 @@ func (e *env) printEntry(ent *entry) {
 		row("completed", "%s", ent.CompletedAt.UTC().Format(time.RFC3339Nano))
 	}
 	switch {
+	case ent.Expired:
+		row("ttl", "expired %s ago (the store treats the key as free; the sweeper deletes the row)", roundDuration(-ent.TTLSeconds))
 	case ent.TTLSeconds < 0:
 		row("ttl", "none (the key never expires: it was not written by idemkey)")
 	default:
 		row("ttl", "%s", roundDuration(ent.TTLSeconds))
+	}
+	if ent.Transactional && ent.State == "in_flight" {
+		if ent.OwnerGone {
+			row("owner", "gone (its database session ended: the next request takes the key over)")
+		} else {
+			row("owner", "alive (its session holds the claim's advisory lock)")
+		}
 	}
 	if ent.State == "completed" {
 		row("status", "%d %s", ent.Status, http.StatusText(ent.Status))
@@ -195,7 +222,11 @@ func (e *env) printEntry(ent *entry) {
 	if ent.MemoryBytes > 0 {
 		mem = fmt.Sprintf(", %d bytes in memory", ent.MemoryBytes)
 	}
-	row("value", "%d bytes%s", ent.ValueBytes, mem)
+	if ent.pgRow.Size > 0 {
+		row("row", "%d bytes (in the table, without its index entries)", ent.ValueBytes)
+	} else {
+		row("value", "%d bytes%s", ent.ValueBytes, mem)
+	}
 	if ent.Body != nil {
 		tw.Flush()
 		fmt.Fprintf(e.stdout, "\n%s\n", *ent.Body)

@@ -56,6 +56,9 @@ func stats(ctx context.Context, e *env, args []string) error {
 	if *count <= 0 || *sample < 0 {
 		return fmt.Errorf("%w: --count must be positive and --sample not negative", errUsage)
 	}
+	if e.pg != nil {
+		return statsPostgres(ctx, e)
+	}
 
 	var (
 		mu  sync.Mutex

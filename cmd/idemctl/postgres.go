@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/postgres"
+)
+
+// chooseStore returns the PostgreSQL URL to use, or "" for Redis:
+// --database-url, or $DATABASE_URL when neither --redis nor $REDIS_URL
+// names a Redis. Both flags, or both variables without a flag, are a
+// usage error.
+func chooseStore(redisFlag, dbFlag string, cluster bool) (string, error) {
+	switch {
+	case dbFlag != "" && (redisFlag != "" || cluster):
+		return "", fmt.Errorf("%w: give --redis (with --cluster) or --database-url, not both", errUsage)
+	case dbFlag != "":
+		return dbFlag, nil
+	case redisFlag != "" || cluster:
+		return "", nil
+	}
+	db, rd := os.Getenv("DATABASE_URL"), os.Getenv("REDIS_URL")
+	switch {
+	case db != "" && rd != "":
+		return "", fmt.Errorf("%w: both DATABASE_URL and REDIS_URL are set: choose with --database-url or --redis", errUsage)
+	case db != "":
+		return db, nil
+	}
+	return "", nil
+}
+
+// connectPostgres opens the store/postgres table on url, with a pool of
+// two connections and no sweeper.
+func connectPostgres(ctx context.Context, url, table string) (*postgres.Store, func(), error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// The URL may hold a password: do not repeat it.
+		return nil, nil, fmt.Errorf("%w: --database-url is not a valid postgres:// URL", errUsage)
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := postgres.New(ctx, pool, postgres.WithTable(table), postgres.WithSweepInterval(0))
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return st, func() { st.Close(); pool.Close() }, nil
+}
+
+// fetchPostgres reads what key holds in the PostgreSQL store.
+func fetchPostgres(ctx context.Context, st *postgres.Store, key string, withBody bool) (*entry, error) {
+	e := &entry{Key: key, Digest: store.DigestOf(key)}
+	rw, ok, err := st.Inspect(ctx, key)
+	if !ok {
+		return e, err
+	}
+	if err != nil && !errors.Is(err, postgres.ErrUnreadable) {
+		return nil, err
+	}
+	e.Found, e.pgRow, e.ValueBytes = true, rw, rw.Size
+	e.Fingerprint = hex.EncodeToString(rw.Fingerprint[:])
+	e.TTLSeconds = rw.TTL.Seconds()
+	e.Expired = rw.TTL <= 0
+	e.Transactional, e.OwnerGone = rw.Transactional, rw.OwnerGone
+	if !rw.CreatedAt.IsZero() {
+		t := rw.CreatedAt
+		e.CreatedAt = &t
+		e.AgeSeconds = time.Since(t).Seconds()
+	}
+	if err != nil {
+		e.State, e.Error = "unreadable", err.Error()
+		return e, nil
+	}
+	if rw.State == store.InFlight {
+		e.State = "in_flight"
+		return e, nil
+	}
+	e.State = "completed"
+	rec := rw.Record
+	e.Status = rec.Status
+	if !rec.CompletedAt.IsZero() {
+		t := rec.CompletedAt
+		e.CompletedAt = &t
+	}
+	n := len(rec.Body)
+	e.BodyBytes, e.BodyOmitted, e.Headers = &n, rec.BodyOmitted, rec.Header
+	if withBody {
+		b := string(rec.Body)
+		e.Body = &b
+	}
+	return e, nil
+}
+
+// pgSummary is what stats prints for a PostgreSQL store.
+type pgSummary struct {
+	Table string `json:"table"`
+	// Rows counts every row; Records, InFlight and Expired split them
+	// (Expired: their life is over and the sweeper has not deleted them
+	// yet). Transactional counts the claims in flight made in a request's
+	// transaction.
+	Rows          int64 `json:"rows"`
+	Records       int64 `json:"records"`
+	InFlight      int64 `json:"in_flight"`
+	Transactional int64 `json:"transactional"`
+	Expired       int64 `json:"expired"`
+	// TableBytes, IndexBytes and TotalBytes are the table's size on disk,
+	// its indexes' and both; BytesPerRow is TotalBytes over Rows.
+	TableBytes  int64   `json:"table_bytes"`
+	IndexBytes  int64   `json:"index_bytes"`
+	TotalBytes  int64   `json:"total_bytes"`
+	BytesPerRow float64 `json:"bytes_per_row"`
+	// DeadRows are row versions awaiting vacuum (an estimate).
+	DeadRows       int64      `json:"dead_rows"`
+	LastVacuum     *time.Time `json:"last_vacuum,omitempty"`
+	LastAutovacuum *time.Time `json:"last_autovacuum,omitempty"`
+	OldestExpiry   *time.Time `json:"oldest_expiry,omitempty"`
+}
+
+func statsPostgres(ctx context.Context, e *env) error {
+	st, err := e.pg.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	s := pgSummary{Table: e.pg.Table(), Rows: st.Rows, Records: st.Records, InFlight: st.InFlight,
+		Transactional: st.Transactional, Expired: st.Expired, TableBytes: st.TableBytes,
+		IndexBytes: st.IndexBytes, TotalBytes: st.TotalBytes, DeadRows: st.DeadRows}
+	if st.Rows > 0 {
+		s.BytesPerRow = float64(st.TotalBytes) / float64(st.Rows)
+	}
+	for _, t := range []struct {
+		dst **time.Time
+		src time.Time
+	}{{&s.LastVacuum, st.LastVacuum}, {&s.LastAutovacuum, st.LastAutovacuum}, {&s.OldestExpiry, st.OldestExpiry}} {
+		if !t.src.IsZero() {
+			v := t.src
+			*t.dst = &v
+		}
+	}
+	if e.json {
+		return e.printJSON(s)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintf(tw, "table\t%s\n", s.Table)
+	fmt.Fprintf(tw, "rows\t%d\n", s.Rows)
+	fmt.Fprintf(tw, "records\t%d\n", s.Records)
+	fmt.Fprintf(tw, "in flight\t%d (%d in a request's transaction)\n", s.InFlight, s.Transactional)
+	fmt.Fprintf(tw, "expired\t%d (not swept yet; the store treats their keys as free)\n", s.Expired)
+	perRow := ""
+	if s.Rows > 0 {
+		perRow = fmt.Sprintf(", %.0f per row", s.BytesPerRow)
+	}
+	fmt.Fprintf(tw, "size\t%d bytes (table %d, indexes %d)%s\n", s.TotalBytes, s.TableBytes, s.IndexBytes, perRow)
+	fmt.Fprintf(tw, "dead rows\t%d (awaiting vacuum)\n", s.DeadRows)
+	when := func(t *time.Time) string {
+		if t == nil {
+			return "never"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(tw, "last vacuum\t%s (autovacuum %s)\n", when(s.LastVacuum), when(s.LastAutovacuum))
+	if s.OldestExpiry != nil {
+		fmt.Fprintf(tw, "oldest expiry\t%s\n", when(s.OldestExpiry))
+	}
+	return nil
+}
