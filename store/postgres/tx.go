@@ -247,9 +247,8 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 		b.Queue(t.s.begin)
 	}
 	begin := b.Len() == 1
-	b.Queue(t.s.sql.keepTx, args...)
+	b.Queue(t.s.sql.keepTx, append(args, t.lock)...)
 	b.Queue("COMMIT")
-	b.Queue(unlockSQL, t.lock)
 	br := t.conn.SendBatch(ctx, b)
 	if begin {
 		if _, err := br.Exec(); err != nil {
@@ -258,19 +257,21 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 			return unavailable("commit", err)
 		}
 	}
-	if _, err := br.Exec(); err != nil {
+	var unlocked bool
+	if err := br.QueryRow().Scan(&unlocked); err != nil {
 		br.Close()
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "22P02" {
-			// Fenced: the COMMIT and the unlock were skipped; the
-			// transaction is aborted. Roll it back and let go.
-			if err := t.finish(ctx, false); err != nil {
+			// Fenced: the COMMIT was skipped, the transaction is
+			// aborted, and the lock is still held. Roll back and let go.
+			if err := t.finish(ctx, false, true); err != nil {
 				return unavailable("commit", err)
 			}
 			return store.ErrNotOwner
 		}
 		// The UPDATE failed (a serialization failure, the server going
-		// away): nothing committed. Roll back and free the key, so that a
-		// retry runs again; a connection that fails this is closed.
+		// away) before it could unlock: nothing committed. Roll back and
+		// free the key, so that a retry runs again; a connection that
+		// fails this is closed.
 		t.rollback(ctx)
 		return unavailable("commit", err)
 	}
@@ -282,9 +283,10 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 		br.Close()
 		if _, ok := errors.AsType[*pgconn.PgError](err); ok || tag.String() == "ROLLBACK" {
 			// The server refused the COMMIT (a deferred constraint, a
-			// serialization failure): the transaction rolled back.
-			// Free the key so that a retry runs again.
-			t.finish(ctx, true)
+			// serialization failure): the transaction rolled back, and
+			// the lock was let go already. Delete the claim, so that
+			// plain claims find the key free too.
+			t.finish(ctx, true, false)
 			return unavailable("commit", err)
 		}
 		// The outcome is unknown (the reply was lost): the connection is
@@ -293,14 +295,9 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 		discard(t.conn)
 		return unavailable("commit", err)
 	}
-	var unlocked bool
-	uerr := br.QueryRow().Scan(&unlocked)
-	if cerr := br.Close(); uerr == nil {
-		uerr = cerr
-	}
-	if uerr != nil || !unlocked {
-		// Committed, but the lock may still be held: a connection that
-		// holds it must not go back to the pool.
+	if err := br.Close(); err != nil || !unlocked {
+		// Committed, but the connection is not in a state to trust
+		// (or held no lock, which it should have): close it.
 		discard(t.conn)
 		return nil
 	}
@@ -332,14 +329,15 @@ func (t *requestTx) rollback(ctx context.Context) error {
 		discard(t.conn)
 		return errors.New("the handler left a query on the transaction unfinished")
 	}
-	return t.finish(ctx, true)
+	return t.finish(ctx, true, true)
 }
 
 // finish ends the request on its connection in one round trip (two after
 // a failed statement): ROLLBACK when a transaction is open, the deletion
-// of the claim when release is set, and the unlock. Then it gives the
-// connection back to the pool, or closes it when anything failed.
-func (t *requestTx) finish(ctx context.Context, release bool) error {
+// of the claim when release is set, and the unlock when locked is. Then it
+// gives the connection back to the pool, or closes it when anything
+// failed.
+func (t *requestTx) finish(ctx context.Context, release, locked bool) error {
 	b := &pgx.Batch{}
 	switch t.conn.Conn().PgConn().TxStatus() {
 	case 'T':
@@ -357,16 +355,26 @@ func (t *requestTx) finish(ctx context.Context, release bool) error {
 	if release {
 		b.Queue(t.s.sql.releaseTx, t.key, t.token)
 	}
-	b.Queue(unlockSQL, t.lock)
+	if locked {
+		b.Queue(unlockSQL, t.lock)
+	}
+	if b.Len() == 0 {
+		t.conn.Release()
+		return nil
+	}
 	br := t.conn.SendBatch(ctx, b)
 	var err error
-	for range b.Len() - 1 {
+	n := b.Len()
+	if locked {
+		n--
+	}
+	for range n {
 		if _, err = br.Exec(); err != nil {
 			break
 		}
 	}
-	var unlocked bool
-	if err == nil {
+	unlocked := true
+	if err == nil && locked {
 		err = br.QueryRow().Scan(&unlocked)
 	}
 	if cerr := br.Close(); err == nil {

@@ -409,3 +409,44 @@ func TestTxMine(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTxCommitRefused: the server refuses the COMMIT (a deferred
+// constraint the handler's write breaks). Nothing is kept, the failure is
+// not ErrNotOwner, the key is free for the next request (transactional or
+// not), and no advisory lock is left behind.
+func TestTxCommitRefused(t *testing.T) {
+	pool := sharedPool(t)
+	const lockID = 0x1d3c0ffee
+	st, table := newStore(t, pool, postgres.WithLockIDs(func() int64 { return lockID }))
+	ctx := context.Background()
+	checked := pgx.Identifier{table + "_checked"}.Sanitize()
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+checked+` (n int, CONSTRAINT small EXCLUDE USING btree (n WITH =) DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+checked) })
+	if _, err := pool.Exec(ctx, "INSERT INTO "+checked+" VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	key := newKey()
+	tx := claimTx(t, st, key, newClaim(1), store.Claimed)
+	tctx := tx.NewContext(ctx)
+	// Accepted now, checked at COMMIT.
+	if _, err := postgres.Tx(tctx).Exec(tctx, "INSERT INTO "+checked+" VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	err := tx.Commit(ctx, record("refused", 1), time.Minute)
+	if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrNotOwner) {
+		t.Fatalf("commit refused by the server: %v, want ErrUnavailable", err)
+	}
+	t.Logf("commit refused: %v", err)
+	var held int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1", int64(lockID)).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 0 {
+		t.Errorf("the claim's advisory lock is still held %d times", held)
+	}
+	if res, err := st.Claim(ctx, key, newClaim(1)); err != nil || res.State != store.Claimed {
+		t.Fatalf("a plain claim after the refused commit: %v %v, want the key free", res.State, err)
+	}
+}
