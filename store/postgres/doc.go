@@ -60,7 +60,7 @@
 //	claim of a lapsed row, or of a key     2  the same, then UPDATE ... WHERE token = <the old one>
 //	  whose owner's session is gone
 //	handler's first statement              1  BEGIN goes in the same pipeline
-//	Tx.Commit                              1  pipeline: fenced UPDATE, COMMIT, pg_advisory_unlock
+//	Tx.Commit                              1  pipeline: fenced UPDATE (which unlocks), COMMIT
 //	Tx.Rollback                            1  pipeline: ROLLBACK, DELETE of the claim, pg_advisory_unlock
 //	Complete, Release, Extend              1
 //	Sweep                                  1 per batch

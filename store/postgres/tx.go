@@ -205,12 +205,12 @@ func (t *requestTx) end() bool {
 	return true
 }
 
-// Commit keeps rec in the transaction, fenced by the owner's token, commits
-// and releases the advisory lock: one round trip, a pipeline of the fenced
-// UPDATE, COMMIT and the unlock (with BEGIN first when the handler never
-// used the transaction). It returns store.ErrNotOwner when the claim is no
-// longer this request's: the transaction is then rolled back and nothing
-// is kept. Any other error means the commit failed or its outcome is
+// Commit keeps rec in the transaction, fenced by the owner's token,
+// releases the advisory lock and commits: one round trip, a pipeline of
+// the fenced UPDATE (which unlocks) and COMMIT (with BEGIN first when the
+// handler never used the transaction). It returns store.ErrNotOwner when
+// the claim is no longer this request's: the transaction is then rolled
+// back and nothing is kept. Any other error means the commit failed or its outcome is
 // unknown; it wraps store.ErrUnavailable. The call is bounded by
 // WithCommitTimeout. The connection goes back to the pool, or is closed
 // when its state is unknown.
