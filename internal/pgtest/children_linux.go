@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strconv"
 	"time"
@@ -57,4 +58,48 @@ func children(pid int) []int {
 		}
 	}
 	return out
+}
+
+// CPU returns the processor time (user and system) the cluster has used so
+// far: the postmaster's own, its running children's, and the exited
+// children's it has reaped. /proc counts it in ticks of 10 ms.
+func (s *Server) CPU() (time.Duration, error) {
+	pid := s.PID()
+	if pid == 0 {
+		return 0, fmt.Errorf("pgtest: %s is not running", s.Addr)
+	}
+	f, err := statFields(pid)
+	if err != nil {
+		return 0, err
+	}
+	// After the command: state ppid ... utime(11) stime(12) cutime(13) cstime(14).
+	ticks := f[11] + f[12] + f[13] + f[14]
+	for _, c := range children(pid) {
+		if cf, err := statFields(c); err == nil {
+			ticks += cf[11] + cf[12]
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// statFields returns the numeric fields of /proc/pid/stat after the
+// command name (the state, field 0, reads as 0).
+func statFields(pid int) ([]int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("pgtest: /proc/%d/stat unreadable", pid)
+	}
+	fields := bytes.Fields(b[i+1:])
+	if len(fields) < 15 {
+		return nil, fmt.Errorf("pgtest: /proc/%d/stat has %d fields", pid, len(fields))
+	}
+	out := make([]int64, len(fields))
+	for j, f := range fields {
+		out[j], _ = strconv.ParseInt(string(f), 10, 64)
+	}
+	return out, nil
 }

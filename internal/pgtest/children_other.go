@@ -2,7 +2,10 @@
 
 package pgtest
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // children cannot find a process's children without /proc: the
 // postmaster alone is signalled, and its backends notice its death on
@@ -11,3 +14,8 @@ func children(pid int) []int { return nil }
 
 // waitExited cannot see processes without /proc; it waits d/10 instead.
 func waitExited(pids []int, d time.Duration) { time.Sleep(d / 10) }
+
+// CPU needs /proc.
+func (s *Server) CPU() (time.Duration, error) {
+	return 0, errors.New("pgtest: the cluster's CPU time is read from /proc")
+}

@@ -29,6 +29,16 @@ func TestServer(t *testing.T) {
 	if len(s.Backends()) == 0 {
 		t.Fatal("no backends found")
 	}
+	cpu0, err := s.CPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM generate_series(1, 3000000)").Scan(new(int)); err != nil {
+		t.Fatal(err)
+	}
+	if cpu1, err := s.CPU(); err != nil || cpu1 <= cpu0 {
+		t.Errorf("CPU %v then %v (%v) after a query that takes some", cpu0, cpu1, err)
+	}
 
 	// Frozen: nothing answers, neither a new connection nor one that was
 	// open (its backend is stopped too).

@@ -14,6 +14,17 @@
 //     middleware on the memory store, on the Redis store, and on the Redis
 //     store with the local replay cache (middleware.WithLocalCache).
 //
+// With -scenarios postgres (or any of their names) it runs the PostgreSQL
+// scenarios instead, on a cluster of its own (initdb on a free loopback
+// port, as the postgres user when run as root), around the same handler
+// with one INSERT of the payment: pg-bare (the handler in a transaction of
+// its own, no idempotency), pg-typical (the hand-written pattern: SELECT,
+// INSERT the key's row, the handler's INSERT, UPDATE, in one transaction),
+// idemkey-pg (store/postgres as a plain store: the INSERT on its own) and
+// idemkey-pg-tx (the INSERT in the request's transaction, committed with
+// the record). Their table reports PostgreSQL round trips and the
+// cluster's CPU per request.
+//
 // For each scenario it drives the server over keep-alive connections on
 // loopback for a fixed time with fresh keys (every request a first run) and
 // with repeated keys (every request a replay of a key seeded before), at
@@ -38,6 +49,7 @@
 //	go run ./cmd/load                      # every scenario, 16 and 64 connections, 3 rounds of 3 s
 //	go run ./cmd/load -d 5s -rounds 5      # longer
 //	go run ./cmd/load -scenarios bare,idemkey-redis -conns 64
+//	go run ./cmd/load -scenarios postgres  # the PostgreSQL scenarios
 package main
 
 import (
@@ -62,6 +74,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemkey/idemkey/internal/pgtest"
 	"github.com/idemkey/idemkey/internal/redistest"
 )
 
@@ -78,6 +91,8 @@ func main() {
 
 		serveSc   = flag.String("serve", "", "internal: run as the server process of this scenario")
 		redisAddr = flag.String("redis-addr", "", "internal: the Redis address for -serve")
+		pgURL     = flag.String("pg-url", "", "internal: the PostgreSQL URL for -serve")
+		pgFsync   = flag.Bool("pg-fsync", true, "run the PostgreSQL scenarios' cluster with fsync on, as in production (off: commits do not wait for the disk)")
 		pool      = flag.Int("pool", 64, "internal: go-redis pool size for -serve")
 		cacheSize = flag.Int("cache", 10_000, "records the idemkey-redis+cache scenario keeps in its local replay cache")
 		profile   = flag.String("cpuprofile", "", "write each server process's CPU profile to this directory, as SCENARIO.pprof")
@@ -85,7 +100,7 @@ func main() {
 	)
 	flag.Parse()
 	if *serveSc != "" {
-		if err := serve(*serveSc, *redisAddr, *pool, *cacheSize, *profile); err != nil {
+		if err := serve(*serveSc, *redisAddr, *pgURL, *pool, *cacheSize, *profile); err != nil {
 			log.Fatalf("load: serve %s: %v", *serveSc, err)
 		}
 		return
@@ -102,10 +117,14 @@ func main() {
 	var scs []string
 	for _, s := range strings.Split(*scFlag, ",") {
 		s = strings.TrimSpace(s)
-		if !slices.Contains(scenarios, s) {
-			log.Fatalf("load: unknown scenario %q (have %s)", s, strings.Join(scenarios, ", "))
+		switch {
+		case s == "postgres":
+			scs = append(scs, pgScenarios...)
+		case slices.Contains(scenarios, s), slices.Contains(pgScenarios, s):
+			scs = append(scs, s)
+		default:
+			log.Fatalf("load: unknown scenario %q (have %s, %s, or postgres for all of those)", s, strings.Join(scenarios, ", "), strings.Join(pgScenarios, ", "))
 		}
-		scs = append(scs, s)
 	}
 	var phases []phase
 	for _, s := range strings.Split(*phasesF, ",") {
@@ -150,17 +169,26 @@ func main() {
 			log.Fatalf("load: %v", err)
 		}
 	}
+	if slices.ContainsFunc(scs, usesPostgres) {
+		if r.pg, err = launchPostgres(*pgFsync); err != nil {
+			r.cleanup()
+			log.Fatalf("load: %v", err)
+		}
+	}
 	r.servers = map[string]*serverProc{}
 	for _, sc := range scs {
-		addr := ""
+		addr, url := "", ""
 		if r.redis != nil {
 			addr = r.redis.Addr
+		}
+		if r.pg != nil {
+			url = r.pg.URL
 		}
 		prof := ""
 		if *profile != "" {
 			prof = filepath.Join(*profile, sc+".pprof")
 		}
-		p, err := startServer(sc, addr, maxConns, *cacheSize, prof)
+		p, err := startServer(sc, addr, url, maxConns, *cacheSize, prof)
 		if err != nil {
 			r.cleanup()
 			log.Fatalf("load: start %s: %v", sc, err)
@@ -221,6 +249,7 @@ type runner struct {
 	d       time.Duration
 	keys    int
 	redis   *redistest.Server
+	pg      *pgtest.Server
 	servers map[string]*serverProc
 	once    sync.Once
 }
@@ -232,6 +261,9 @@ func (r *runner) cleanup() {
 		}
 		if r.redis != nil {
 			r.redis.Close()
+		}
+		if r.pg != nil {
+			r.pg.Close()
 		}
 	})
 }
@@ -251,6 +283,8 @@ type cellAgg struct {
 	runs      int64
 	redis     redisDelta
 	sent      map[string]int64 // Redis commands the server process sent
+	pgTrips   int64            // PostgreSQL round trips the server process made
+	pgCPU     time.Duration    // the PostgreSQL cluster's CPU time
 	errors    int64
 	firstErr  error
 }
@@ -270,6 +304,8 @@ func (a *cellAgg) add(o *cellAgg) {
 	a.serverCPU += o.serverCPU
 	a.runs += o.runs
 	a.redis.add(o.redis)
+	a.pgTrips += o.pgTrips
+	a.pgCPU += o.pgCPU
 	if a.sent == nil {
 		a.sent = map[string]int64{}
 	}
@@ -318,6 +354,12 @@ func (r *runner) cell(sc string, conns int, ph phase, tag string, d time.Duratio
 			return nil, err
 		}
 	}
+	var pg0 time.Duration
+	if r.pg != nil {
+		if pg0, err = r.pg.CPU(); err != nil {
+			return nil, err
+		}
+	}
 	res, err := l.run(d)
 	if err != nil {
 		return nil, err
@@ -328,7 +370,15 @@ func (r *runner) cell(sc string, conns int, ph phase, tag string, d time.Duratio
 	}
 	c := &cellAgg{requests: res.requests, elapsed: res.elapsed, hist: res.hist,
 		serverCPU: time.Duration(s1.CPUNs - s0.CPUNs), runs: s1.Runs - s0.Runs,
-		errors: res.errors, firstErr: res.firstErr, sent: map[string]int64{}}
+		errors: res.errors, firstErr: res.firstErr, sent: map[string]int64{},
+		pgTrips: s1.PGTrips - s0.PGTrips}
+	if r.pg != nil {
+		pg1, err := r.pg.CPU()
+		if err != nil {
+			return nil, err
+		}
+		c.pgCPU = pg1 - pg0
+	}
 	for name, n := range s1.Sent {
 		if dn := n - s0.Sent[name]; dn > 0 {
 			c.sent[name] = dn
@@ -366,12 +416,12 @@ type serverProc struct {
 	client    *http.Client
 }
 
-func startServer(sc, redisAddr string, pool, cacheSize int, profile string) (*serverProc, error) {
+func startServer(sc, redisAddr, pgURL string, pool, cacheSize int, profile string) (*serverProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "-serve", sc, "-redis-addr", redisAddr, "-pool", strconv.Itoa(pool),
+	cmd := exec.Command(exe, "-serve", sc, "-redis-addr", redisAddr, "-pg-url", pgURL, "-pool", strconv.Itoa(pool),
 		"-cache", strconv.Itoa(cacheSize), "-cpuprofile", profile)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -444,6 +494,7 @@ type machineInfo struct {
 	model      string
 	goVersion  string
 	redis      string
+	postgres   string
 	loadBefore string
 	loadAfter  string
 }
@@ -463,6 +514,9 @@ func machine(r *runner) *machineInfo {
 			m.redis = info["redis_version"]
 		}
 	}
+	if r.pg != nil {
+		m.postgres = postgresVersion(r.pg.URL)
+	}
 	return m
 }
 
@@ -481,9 +535,27 @@ func loadAverage() string {
 // report prints the machine, the table and the targets, and reports
 // whether any check failed.
 func report(w io.Writer, m *machineInfo, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg, d time.Duration, rounds int) bool {
-	fmt.Fprintf(w, "machine: %d CPUs, %s; %s; Redis %s; load average %s before, %s after\n",
-		m.cpus, cmp.Or(m.model, "unknown CPU"), m.goVersion, cmp.Or(m.redis, "-"), m.loadBefore, m.loadAfter)
+	fmt.Fprintf(w, "machine: %d CPUs, %s; %s; Redis %s; PostgreSQL %s; load average %s before, %s after\n",
+		m.cpus, cmp.Or(m.model, "unknown CPU"), m.goVersion, cmp.Or(m.redis, "-"), cmp.Or(m.postgres, "-"), m.loadBefore, m.loadAfter)
 	fmt.Fprintf(w, "each row: %d rounds of %v; 1 KiB JSON POST, 201 with a 90-byte JSON answer\n\n", rounds, d)
+	var pgs []string
+	scs, pgs = splitPostgres(scs)
+	failed := false
+	if len(scs) > 0 {
+		failed = reportRedis(w, scs, connsList, phases, results)
+	}
+	if len(pgs) > 0 {
+		if len(scs) > 0 {
+			fmt.Fprintln(w)
+		}
+		failed = reportPostgres(w, pgs, connsList, phases, results) || failed
+	}
+	return failed
+}
+
+// reportRedis prints the table, the commands and the targets of the
+// scenarios that are not PostgreSQL's, and reports whether a check failed.
+func reportRedis(w io.Writer, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg) bool {
 	fmt.Fprintln(w, "| conns | keys | scenario | req/s | x bare | x floor | p50 ms | p99 ms | server us/req | Redis cmds/req | Redis cmd us/req | Redis CPU us/req | checks |")
 	fmt.Fprintln(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	failed := false

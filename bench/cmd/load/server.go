@@ -40,11 +40,11 @@ const (
 var scenarios = []string{scBare, scFloor, scTypical, scMemory, scRedis, scRedisCache}
 
 // usesRedis reports whether a scenario keeps its keys in Redis.
-func usesRedis(sc string) bool { return sc != scBare && sc != scMemory }
+func usesRedis(sc string) bool { return sc != scBare && sc != scMemory && !usesPostgres(sc) }
 
 // idempotent reports whether a scenario answers a repeated key with the
-// first answer (every one but bare).
-func idempotent(sc string) bool { return sc != scBare }
+// first answer (every one but bare and pg-bare).
+func idempotent(sc string) bool { return sc != scBare && sc != scPgBare }
 
 // Settings every scenario shares.
 const (
@@ -92,6 +92,9 @@ type serverStats struct {
 	// the round trips, as against the commands scripts run inside Redis,
 	// which INFO commandstats counts too.
 	Sent map[string]int64 `json:"sent"`
+	// PGTrips counts the PostgreSQL round trips the process made so far
+	// (queries and batches).
+	PGTrips int64 `json:"pgTrips"`
 }
 
 // commandCounter is a go-redis hook that counts the commands a client
@@ -143,10 +146,21 @@ func processCPU() int64 {
 // ports, the scenario's and a control port for the driver's /stats, prints
 // "ready <addr> <control addr>" and serves until its standard input closes
 // (the driver exits or closes it).
-func serve(sc, redisAddr string, poolSize, cacheSize int, profile string) error {
+func serve(sc, redisAddr, pgURL string, poolSize, cacheSize int, profile string) error {
 	a := &app{}
 	counter := &commandCounter{n: map[string]int64{}}
-	h, closeFn, err := scenarioHandler(sc, a, redisAddr, poolSize, cacheSize, counter)
+	trips := &tripCounter{}
+	var h http.Handler
+	var closeFn func()
+	var err error
+	if usesPostgres(sc) {
+		if pgURL == "" {
+			return errors.New("scenario " + sc + " needs -pg-url")
+		}
+		h, closeFn, err = pgHandler(sc, a, pgURL, poolSize, trips)
+	} else {
+		h, closeFn, err = scenarioHandler(sc, a, redisAddr, poolSize, cacheSize, counter)
+	}
 	if err != nil {
 		return err
 	}
@@ -175,7 +189,7 @@ func serve(sc, redisAddr string, poolSize, cacheSize int, profile string) error 
 	go srv.Serve(ln)
 	ctlMux := http.NewServeMux()
 	ctlMux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(serverStats{Runs: a.runs.Load(), CPUNs: processCPU(), Sent: counter.snapshot()})
+		json.NewEncoder(w).Encode(serverStats{Runs: a.runs.Load(), CPUNs: processCPU(), Sent: counter.snapshot(), PGTrips: trips.n.Load()})
 	})
 	go http.Serve(ctl, ctlMux)
 	fmt.Printf("ready %s %s\n", ln.Addr(), ctl.Addr())

@@ -1,0 +1,410 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkey/idemkey/internal/pgtest"
+	"github.com/idemkey/idemkey/middleware"
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/postgres"
+)
+
+// The PostgreSQL scenarios: the same request and answer, around a handler
+// that also inserts one row (the payment) into a table, on a PostgreSQL
+// cluster the driver starts for the run.
+const (
+	// scPgBare: the handler in a transaction of its own (BEGIN, INSERT,
+	// COMMIT), no idempotency: the bar for what a key costs.
+	scPgBare = "pg-bare"
+	// scPgTypical: the hand-written pattern most services write: in one
+	// transaction, SELECT the key's row (a replay answers from it),
+	// INSERT it, run the handler's INSERT, UPDATE the row with the
+	// response, COMMIT.
+	scPgTypical = "pg-typical"
+	// scPg: idemkey on store/postgres as a plain store: claim, the
+	// handler's INSERT on its own, complete.
+	scPg = "idemkey-pg"
+	// scPgTx: idemkey on store/postgres in the transactional flow: the
+	// handler's INSERT in the request's transaction, committed with the
+	// record.
+	scPgTx = "idemkey-pg-tx"
+)
+
+var pgScenarios = []string{scPgBare, scPgTypical, scPg, scPgTx}
+
+func usesPostgres(sc string) bool {
+	switch sc {
+	case scPgBare, scPgTypical, scPg, scPgTx:
+		return true
+	}
+	return false
+}
+
+// The tables the PostgreSQL scenarios use, created by the driver.
+const pgSchema = `
+CREATE TABLE bench_payments (
+    id      bigserial PRIMARY KEY,
+    key     text NOT NULL,
+    run     bigint NOT NULL,
+    bytes   int NOT NULL
+);
+CREATE TABLE bench_typical_keys (
+    key          text PRIMARY KEY,
+    request_hash text NOT NULL,
+    status       int,
+    content_type text,
+    body         bytea,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);`
+
+// launchPostgres starts the run's cluster and creates the tables.
+func launchPostgres(fsync bool) (*pgtest.Server, error) {
+	settings := []string{"max_connections=400", "shared_buffers=256MB"}
+	if fsync {
+		// pgtest turns these off for tests; a database in production
+		// has them on, and a commit then waits for its WAL to reach the
+		// disk.
+		settings = append(settings, "fsync=on", "full_page_writes=on")
+	}
+	srv, err := pgtest.Launch(settings...)
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, srv.URL)
+	if err == nil {
+		defer pool.Close()
+		_, err = pool.Exec(ctx, pgSchema)
+	}
+	if err == nil {
+		err = postgres.Migrate(ctx, pool)
+	}
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("creating the tables: %w", err)
+	}
+	return srv, nil
+}
+
+// tripCounter is a pgx tracer that counts round trips: each query (Exec,
+// Query, QueryRow) and each batch is one. Statements pgx prepares on a
+// connection's first use of them add a round trip that is not counted; the
+// warm-up has prepared them.
+type tripCounter struct{ n atomic.Int64 }
+
+func (c *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// newPgPool returns the pool every PostgreSQL scenario uses: sized to the
+// driver's largest concurrency (a transactional request holds a connection
+// for its handler's run), with trips counting its round trips.
+func newPgPool(url string, size int, trips *tripCounter) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = int32(size)
+	cfg.MinConns = int32(size / 4)
+	cfg.ConnConfig.Tracer = trips
+	return pgxpool.NewWithConfig(context.Background(), cfg)
+}
+
+// How a pgApp makes its insert.
+type insertMode int
+
+const (
+	ownTx      insertMode = iota + 1 // a transaction of its own (pg-bare)
+	autocommit                       // one statement on the pool (idemkey-pg)
+	requestTx                        // the request's, from postgres.Tx (idemkey-pg-tx)
+	typicalTx                        // pg-typical's, from the context
+)
+
+// pgApp is app with one insert: the payment, made the way mode says,
+// before the same answer app gives.
+type pgApp struct {
+	a    *app
+	pool *pgxpool.Pool
+	mode insertMode
+}
+
+const insertPayment = "INSERT INTO bench_payments (key, run, bytes) VALUES ($1, $2, $3)"
+
+// typicalKey is the context key of pg-typical's transaction.
+type typicalKey struct{}
+
+func (p *pgApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n, err := io.Copy(io.Discard, r.Body)
+	if err != nil {
+		http.Error(w, "body", http.StatusBadRequest)
+		return
+	}
+	ctx := r.Context()
+	key := r.Header.Get("Idempotency-Key")
+	run := p.a.runs.Add(1)
+	switch p.mode {
+	case ownTx:
+		err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, insertPayment, key, run, n)
+			return err
+		})
+	case autocommit:
+		_, err = p.pool.Exec(ctx, insertPayment, key, run, n)
+	case requestTx:
+		tx := postgres.Tx(ctx)
+		if tx == nil {
+			err = errors.New("no request transaction")
+			break
+		}
+		_, err = tx.Exec(ctx, insertPayment, key, run, n)
+	case typicalTx:
+		_, err = ctx.Value(typicalKey{}).(pgx.Tx).Exec(ctx, insertPayment, key, run, n)
+	}
+	if err != nil {
+		http.Error(w, "database: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	var buf [512]byte
+	b := append(buf[:0], `{"id":"pay_`...)
+	b = strconv.AppendInt(b, run, 10)
+	b = append(b, `","key":"`...)
+	b = append(b, key...) // the driver's keys need no escaping
+	b = append(b, `","bytes":`...)
+	b = strconv.AppendInt(b, n, 10)
+	b = append(b, `,"status":"created"}`...)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	w.Write(b)
+}
+
+// pgTypical is the hand-written pattern: one transaction that reads the
+// key's row, inserts it, runs the handler (whose insert joins the
+// transaction), stores the response in the row and commits. Six round
+// trips on a first run (BEGIN, SELECT, INSERT, the handler's INSERT,
+// UPDATE, COMMIT), three on a replay (BEGIN, SELECT, ROLLBACK). A
+// duplicate that arrives while the first runs waits on the row's lock,
+// then fails on the key and answers 409.
+type pgTypical struct {
+	pool *pgxpool.Pool
+	next http.Handler
+}
+
+func (t *pgTypical) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key, body, ok := readKeyed(w, r)
+	if !ok {
+		return
+	}
+	fp := requestHash(r, body)
+	hash := hex.EncodeToString(fp[:])
+	ctx := r.Context()
+	tx, err := t.pool.Begin(ctx)
+	if err != nil {
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var (
+		h      string
+		status *int
+		ct     *string
+		resp   []byte
+	)
+	err = tx.QueryRow(ctx, "SELECT request_hash, status, content_type, body FROM bench_typical_keys WHERE key = $1", key).
+		Scan(&h, &status, &ct, &resp)
+	switch {
+	case err == nil && h != hash:
+		http.Error(w, "key reused", http.StatusUnprocessableEntity)
+		return
+	case err == nil && status == nil:
+		http.Error(w, "in flight", http.StatusConflict)
+		return
+	case err == nil:
+		wh := w.Header()
+		wh.Set("Content-Type", *ct)
+		wh.Set("Idempotent-Replayed", "true")
+		wh.Set("Content-Length", strconv.Itoa(len(resp)))
+		w.WriteHeader(*status)
+		w.Write(resp)
+		return
+	case !errors.Is(err, pgx.ErrNoRows):
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO bench_typical_keys (key, request_hash) VALUES ($1, $2)", key, hash); err != nil {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "23505" {
+			http.Error(w, "in flight", http.StatusConflict)
+			return
+		}
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	bw := &bufWriter{h: w.Header()}
+	r = r.WithContext(context.WithValue(ctx, typicalKey{}, tx))
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	t.next.ServeHTTP(bw, r)
+	if bw.status == 0 {
+		bw.status = http.StatusOK
+	}
+	if bw.status >= 500 {
+		bw.send(w) // the deferred Rollback undoes the key row and the insert
+		return
+	}
+	if _, err := tx.Exec(ctx, "UPDATE bench_typical_keys SET status = $2, content_type = $3, body = $4 WHERE key = $1",
+		key, bw.status, w.Header().Get("Content-Type"), bw.body); err != nil {
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	if err := tx.Commit(ctx); err != nil {
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	bw.send(w)
+}
+
+// plainStore hides store/postgres's transactional side, so that the
+// middleware uses it as a plain store (the idemkey-pg scenario).
+type plainStore struct {
+	store.Store
+	store.Extender
+}
+
+// pgHandler builds the handler of PostgreSQL scenario sc around a.
+func pgHandler(sc string, a *app, url string, poolSize int, trips *tripCounter) (http.Handler, func(), error) {
+	pool, err := newPgPool(url, poolSize, trips)
+	if err != nil {
+		return nil, nil, err
+	}
+	closeFn := pool.Close
+	switch sc {
+	case scPgBare:
+		return &pgApp{a: a, pool: pool, mode: ownTx}, closeFn, nil
+	case scPgTypical:
+		return &pgTypical{pool: pool, next: &pgApp{a: a, pool: pool, mode: typicalTx}}, closeFn, nil
+	}
+	st, err := postgres.New(context.Background(), pool, postgres.WithSweepInterval(0))
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	closeFn = func() { st.Close(); pool.Close() }
+	var s store.Store = st
+	mode := requestTx
+	if sc == scPg {
+		s, mode = plainStore{st, st}, autocommit
+	}
+	mw, err := middleware.New(s)
+	if err != nil {
+		closeFn()
+		return nil, nil, err
+	}
+	return mw.Required()(&pgApp{a: a, pool: pool, mode: mode}), closeFn, nil
+}
+
+// splitPostgres splits scenarios into the others and PostgreSQL's, each in
+// its order.
+func splitPostgres(scs []string) (others, pgs []string) {
+	for _, sc := range scs {
+		if usesPostgres(sc) {
+			pgs = append(pgs, sc)
+		} else {
+			others = append(others, sc)
+		}
+	}
+	return others, pgs
+}
+
+// postgresVersion returns the server's version, or "".
+func postgresVersion(url string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return ""
+	}
+	defer c.Close(ctx)
+	var v string
+	c.QueryRow(ctx, "SHOW server_version").Scan(&v)
+	return v
+}
+
+// reportPostgres prints the PostgreSQL scenarios' table and targets, and
+// reports whether a check failed.
+func reportPostgres(w io.Writer, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg) bool {
+	fmt.Fprintln(w, "PostgreSQL: the handler inserts one row; DB round trips counted by the server process, DB CPU is the cluster's")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| conns | keys | scenario | req/s | x pg-bare | x pg-typical | p50 ms | p99 ms | server us/req | DB round trips/req | DB CPU us/req | checks |")
+	fmt.Fprintln(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	failed := false
+	for _, conns := range connsList {
+		for _, ph := range phases {
+			bare := results[cellKey{scPgBare, conns, ph}]
+			typ := results[cellKey{scPgTypical, conns, ph}]
+			for _, sc := range scs {
+				c := results[cellKey{sc, conns, ph}]
+				check := "ok"
+				if c.errors > 0 {
+					failed = true
+					check = fmt.Sprintf("FAILED (%d): %v", c.errors, c.firstErr)
+				}
+				fmt.Fprintf(w, "| %d | %s | %s | %.0f | %s | %s | %.2f | %.2f | %.1f | %.2f | %.1f | %s |\n",
+					conns, ph, sc, c.rate(), ratio(c, bare), ratio(c, typ),
+					ms(c.hist.quantile(0.5)), ms(c.hist.quantile(0.99)),
+					c.per(float64(c.serverCPU.Microseconds())),
+					c.per(float64(c.pgTrips)), c.per(float64(c.pgCPU.Microseconds())), check)
+			}
+		}
+	}
+	type target struct {
+		what     string
+		sc, base string
+		ph       phase
+		min      float64
+	}
+	ts := []target{
+		{"idemkey-pg-tx / pg-typical", scPgTx, scPgTypical, fresh, 1.2},
+		{"idemkey-pg-tx / pg-typical", scPgTx, scPgTypical, replay, 1.5},
+		{"idemkey-pg-tx / pg-bare", scPgTx, scPgBare, fresh, 0.75},
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Targets (req/s ratios; * marks a miss):")
+	for _, t := range ts {
+		if !slices.Contains(scs, t.sc) || !slices.Contains(scs, t.base) || !slices.Contains(phases, t.ph) {
+			continue
+		}
+		var parts []string
+		for _, conns := range connsList {
+			c, b := results[cellKey{t.sc, conns, t.ph}], results[cellKey{t.base, conns, t.ph}]
+			r := c.rate() / b.rate()
+			mark := ""
+			if r < t.min {
+				mark = "*"
+			}
+			parts = append(parts, fmt.Sprintf("%d conns %.2f%s", conns, r, mark))
+		}
+		fmt.Fprintf(w, "  %-28s %-9s >= %.2f: %s\n", t.what, t.ph, t.min, strings.Join(parts, ", "))
+	}
+	return failed
+}
