@@ -130,7 +130,11 @@
 // keep it under the server's max_connections across every instance. A
 // request that finds no free connection within the call's budget is
 // answered 503 and its handler does not run. Replays and 409 answers hold
-// a connection only for their one statement.
+// a connection only for their one statement. A handler that reads through
+// the pool while it holds the request's transaction needs a second
+// connection: at full load every connection is held by a handler waiting
+// for another, until their deadlines end them. Read through the request's
+// transaction too, or from a pool of its own.
 //
 // # Expiry
 //
