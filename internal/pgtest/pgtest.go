@@ -3,7 +3,9 @@
 // throwaway cluster of their own. A throwaway cluster is made with initdb
 // and run with postgres on a free loopback port, in a fresh temporary
 // directory, and stopped by its PID when the test (or, for one started with
-// Launch, the program) is done. It flushes nothing to disk (fsync is off):
+// Launch, the program) is done. Clusters are copies of one template that
+// initdb makes on the machine's first use and that stays in the temporary
+// directory for later runs (idemkey-pgtest-template-*), about 40 MB. It flushes nothing to disk (fsync is off):
 // it survives being killed, not the machine going down.
 //
 // PostgreSQL refuses to run as root. A process running as root starts the
@@ -28,6 +30,7 @@ package pgtest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -216,12 +219,47 @@ func runAs() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
-// template is a data directory made once per process by initdb, which
-// each cluster copies: copying takes a fraction of initdb's second.
+// template is a data directory made by initdb, which each cluster copies:
+// copying takes a fraction of initdb's second. It is made once per machine
+// (per binary directory and user) under the temporary directory and kept
+// there for the next test binary, so that no run leaves one behind.
 var template struct {
 	once sync.Once
 	dir  string
 	err  error
+}
+
+// templateDir returns the data directory of the template for s's binaries,
+// making it when it does not exist yet. Processes that make it at the same
+// time each run initdb in a directory of their own and rename it into
+// place; the first rename wins and the others use its result.
+func (s *Server) templateDir() (string, error) {
+	sum := sha256.Sum256([]byte(s.bin))
+	final := filepath.Join(os.TempDir(), fmt.Sprintf("idemkey-pgtest-template-%x-%d", sum[:6], os.Getuid()))
+	data := filepath.Join(final, "data")
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err == nil {
+		return data, nil
+	}
+	dir, err := os.MkdirTemp("", "idemkey-pgtest-initdb-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir) // gone once renamed, or if it failed
+	if err := s.own(dir); err != nil {
+		return "", err
+	}
+	cmd := exec.Command(filepath.Join(s.bin, "initdb"), "-D", filepath.Join(dir, "data"),
+		"-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync")
+	s.credentials(cmd)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("pgtest: initdb: %v\n%s", err, out)
+	}
+	if err := os.Rename(dir, final); err != nil {
+		if _, serr := os.Stat(filepath.Join(data, "PG_VERSION")); serr != nil {
+			return "", fmt.Errorf("pgtest: keeping the template cluster: %w", err)
+		}
+	}
+	return data, nil
 }
 
 // initdb makes s.Dir/data: a copy of the template.
@@ -229,25 +267,7 @@ func (s *Server) initdb() error {
 	if err := s.own(s.Dir); err != nil {
 		return err
 	}
-	template.once.Do(func() {
-		dir, err := os.MkdirTemp("", "pgtest-template-")
-		if err != nil {
-			template.err = err
-			return
-		}
-		if err := s.own(dir); err != nil {
-			template.err = err
-			return
-		}
-		cmd := exec.Command(filepath.Join(s.bin, "initdb"), "-D", filepath.Join(dir, "data"),
-			"-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync")
-		s.credentials(cmd)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			template.err = fmt.Errorf("pgtest: initdb: %v\n%s", err, out)
-			return
-		}
-		template.dir = filepath.Join(dir, "data")
-	})
+	template.once.Do(func() { template.dir, template.err = s.templateDir() })
 	if template.err != nil {
 		return template.err
 	}
