@@ -154,12 +154,9 @@ func TestFaultDatabaseFrozen(t *testing.T) {
 	// still read and run it before it sees the connection gone: the
 	// outcome was unknown, as the error said. Either it committed, and
 	// the retry replays it, or the transaction died with the connection,
-	// its lock with it, and the retry takes the key over at once. Either
-	// way, one payment.
-	res, retry, err := st.ClaimTx(ctx, key, newClaim(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// its lock with it, and the retry takes the key over as soon as the
+	// server has seen that. Either way, one payment.
+	res, retry := claimWhenFree(t, st, key, newClaim(1))
 	switch res.State {
 	case store.Completed:
 		t.Logf("after thaw: the commit sent during the freeze ran; the retry replays it")
@@ -269,10 +266,7 @@ func TestFaultLostCommitReply(t *testing.T) {
 			if d > bound {
 				t.Errorf("commit took %v, budget %v", d, faultBudget)
 			}
-			res, retry, err := st.ClaimTx(ctx, key, newClaim(1))
-			if err != nil {
-				t.Fatal(err)
-			}
+			res, retry := claimWhenFree(t, st, key, newClaim(1))
 			if warm {
 				if res.State != store.Completed || retry != nil || string(res.Record.Body) != "paid" {
 					t.Fatalf("the retry: %v, want the record replayed", res.State)

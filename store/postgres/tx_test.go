@@ -99,6 +99,32 @@ func claimTx(t testing.TB, st *postgres.Store, key string, c store.Claim, want s
 	return tx
 }
 
+// claimWhenFree claims key with ClaimTx until the answer is no longer
+// InFlight, for up to 10 s, and returns the answer. It is for a key whose
+// owner's connection the store has just closed: the server notices a
+// closed connection, and lets go of the session's lock, a moment later.
+func claimWhenFree(t testing.TB, st *postgres.Store, key string, c store.Claim) (store.Result, store.Tx) {
+	t.Helper()
+	start := time.Now()
+	for {
+		res, tx, err := st.ClaimTx(context.Background(), key, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tx != nil {
+			t.Cleanup(func() { tx.Rollback(context.Background()) })
+		}
+		if res.State != store.InFlight {
+			t.Logf("ClaimTx answered %v after %v", res.State, time.Since(start).Round(time.Microsecond))
+			return res, tx
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("still in flight 10 s after its owner's connection was closed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func TestTxCommitKeepsRecordAndWrites(t *testing.T) {
 	pool := sharedPool(t)
 	st, table := newStore(t, pool)
