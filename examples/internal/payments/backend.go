@@ -117,7 +117,7 @@ func OpenBackend(ctx context.Context, cfg Config, logger *slog.Logger) (*Backend
 	cancel()
 	if err != nil {
 		client.Close()
-		return nil, fmt.Errorf("Redis does not answer: %w", err)
+		return nil, fmt.Errorf("the Redis server does not answer: %w", err)
 	}
 	rep, err := st.Check(ctx)
 	if err != nil {
