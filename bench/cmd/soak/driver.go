@@ -47,31 +47,54 @@ func (k bodyKind) bytes() []byte {
 // default deadline (30 s) plus its claim margin (5 s), twice over.
 const claimLife = 70 * time.Second
 
-// failures counts the checks that failed and keeps the first notes.
+// failures counts the checks that failed and keeps the first notes of
+// each kind: double runs (the handler counts them), wrong replays, and
+// every other failed check.
 type failures struct {
 	failed       atomic.Int64 // answers that broke a rule other than the two below
 	wrongReplays atomic.Int64 // repeats not answered with the first answer
 
 	mu      sync.Mutex
-	notes   []string
+	notes   [3][]string // double runs, wrong replays, others
 	dropped int
 }
 
-const maxNotes = 20
+// notesPerKind is how many notes of each kind a soak keeps.
+const notesPerKind = 5
 
+// add counts a failed check in counter (f.failed or f.wrongReplays) and
+// notes it.
 func (f *failures) add(counter *atomic.Int64, msg string) {
 	counter.Add(1)
-	f.note(msg)
+	kind := 2
+	if counter == &f.wrongReplays {
+		kind = 1
+	}
+	f.note(kind, msg)
 }
 
-func (f *failures) note(msg string) {
+// noteDoubleRun notes a double run, which the handler counts.
+func (f *failures) noteDoubleRun(msg string) { f.note(0, msg) }
+
+func (f *failures) note(kind int, msg string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.notes) < maxNotes {
-		f.notes = append(f.notes, msg)
+	if len(f.notes[kind]) < notesPerKind {
+		f.notes[kind] = append(f.notes[kind], msg)
 	} else {
 		f.dropped++
 	}
+}
+
+// all returns the notes, double runs first, and how many more there were.
+func (f *failures) all() ([]string, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var all []string
+	for _, n := range f.notes {
+		all = append(all, n...)
+	}
+	return all, f.dropped
 }
 
 // tally counts what the soak sent and got.
@@ -86,6 +109,7 @@ type tally struct {
 	repeats   atomic.Int64 // requests that reuse a key sent before, pairs' second halves included
 	changed   atomic.Int64 // repeats with a changed body
 	netErrors atomic.Int64 // requests without an answer (also counted as failed)
+	oldest    atomic.Int64 // the age of the oldest key repeated, in nanoseconds
 }
 
 // mix is the chance, per step of a worker, of each kind of step. A pair
@@ -146,8 +170,10 @@ type worker struct {
 	c1, c2 *conn
 	rng    *rand.Rand
 	seq    int64
-	recent []*entry
-	next   int
+	// recent holds the worker's last keys, older one key in
+	// olderEvery, so that it spans a longer time: repeats come from
+	// both, half and half, aged from a moment to maxAge.
+	recent, older ring
 }
 
 func (d *driver) newWorker(id int) (*worker, error) {
@@ -162,7 +188,8 @@ func (d *driver) newWorker(id int) (*worker, error) {
 	}
 	return &worker{d: d, id: id, c1: c1, c2: c2,
 		rng:    rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano()))),
-		recent: make([]*entry, 0, d.ring)}, nil
+		recent: ring{keys: make([]*entry, 0, d.ring)},
+		older:  ring{keys: make([]*entry, 0, d.ring)}}, nil
 }
 
 func (w *worker) close() {
@@ -213,23 +240,44 @@ func (w *worker) newEntry() (*entry, bool) {
 	return &entry{key: keyName(w.id, seq), w: w.id, seq: seq, sent: time.Now()}, true
 }
 
-func (w *worker) remember(e *entry) {
-	if len(w.recent) < cap(w.recent) {
-		w.recent = append(w.recent, e)
+// olderEvery is how many of a worker's keys go by for one that its older
+// ring keeps.
+const olderEvery = 16
+
+// ring holds the last keys put in it, up to its capacity.
+type ring struct {
+	keys []*entry
+	next int
+}
+
+func (r *ring) put(e *entry) {
+	if len(r.keys) < cap(r.keys) {
+		r.keys = append(r.keys, e)
 		return
 	}
-	w.recent[w.next] = e
-	w.next = (w.next + 1) % len(w.recent)
+	r.keys[r.next] = e
+	r.next = (r.next + 1) % len(r.keys)
+}
+
+func (w *worker) remember(e *entry) {
+	w.recent.put(e)
+	if e.seq%olderEvery == 0 {
+		w.older.put(e)
+	}
 }
 
 // pick returns a key sent recently enough to send again (one with a first
 // answer, when withFirst), or nil.
 func (w *worker) pick(withFirst bool) *entry {
-	if len(w.recent) == 0 {
+	r := &w.recent
+	if w.rng.IntN(2) == 0 {
+		r = &w.older
+	}
+	if len(r.keys) == 0 {
 		return nil
 	}
 	for range 4 {
-		e := w.recent[w.rng.IntN(len(w.recent))]
+		e := r.keys[w.rng.IntN(len(r.keys))]
 		if time.Since(e.sent) < w.d.maxAge && (!withFirst || e.first != nil) {
 			return e
 		}
@@ -287,6 +335,9 @@ func (w *worker) fresh() bool {
 // repeat sends a key that was sent before, with a body of kind.
 func (w *worker) repeat(e *entry, kind bodyKind) {
 	w.d.t.repeats.Add(1)
+	age := int64(time.Since(e.sent))
+	for old := w.d.t.oldest.Load(); age > old && !w.d.t.oldest.CompareAndSwap(old, age); old = w.d.t.oldest.Load() {
+	}
 	if kind == bodyChanged {
 		w.d.t.changed.Add(1)
 	}
@@ -368,7 +419,9 @@ func (w *worker) judge(e *entry, a answer, kind bodyKind, ran int) {
 	switch {
 	case a.status == 201 && !a.replayed:
 		d.t.firstRuns.Add(1)
-		if err := checkRun(a, e.key, len(kind.bytes())); err != nil {
+		// A run past the key's first is a double run, which the handler
+		// counts itself: here only the answer's own content is checked.
+		if _, err := checkRun(a, e.key, len(kind.bytes())); err != nil {
 			d.f.add(&d.f.failed, err.Error())
 		}
 		if ran != 1 {
@@ -377,8 +430,6 @@ func (w *worker) judge(e *entry, a answer, kind bodyKind, ran int) {
 		if e.first == nil {
 			e.first = &a
 		}
-		// A second run of the key is a double run, which the handler
-		// counts itself.
 	case a.status == 201:
 		d.t.replays.Add(1)
 		if ran != 0 {
@@ -391,7 +442,7 @@ func (w *worker) judge(e *entry, a answer, kind bodyKind, ran int) {
 			// The first request got no answer from a run (a 503, or no
 			// answer at all): the replay must be of a run the handler
 			// made once, and becomes the answer to hold others against.
-			if err := checkRun(a, e.key, len(payload)); err != nil || d.counts.get(e.w, e.seq) != 1 {
+			if run, err := checkRun(a, e.key, len(payload)); err != nil || run != 1 || d.counts.get(e.w, e.seq) != 1 {
 				d.f.add(&d.f.wrongReplays, fmt.Sprintf("key %s: a replay of a run no client saw: %.200q", e.key, a.body))
 			}
 			e.first = &a
@@ -426,19 +477,26 @@ func (w *worker) judge(e *entry, a answer, kind bodyKind, ran int) {
 }
 
 // checkRun checks that an answer came from a run of the handler for key
-// that read the whole body: the first run, and the answer's own.
-func checkRun(a answer, key string, bodyLen int) error {
-	want := `{"key":"` + key + `","run":1,"id":`
-	if !strings.HasPrefix(a.body, want) {
-		return fmt.Errorf("key %s: answer %.200q is not from the key's first run", key, a.body)
+// that read the whole body, and returns the key's run number it carries
+// (1 for the key's first run).
+func checkRun(a answer, key string, bodyLen int) (run int, err error) {
+	rest, ok := strings.CutPrefix(a.body, `{"key":"`+key+`","run":`)
+	if ok {
+		var n string
+		n, _, ok = strings.Cut(rest, `,"id":`)
+		run, err = strconv.Atoi(n)
+		ok = ok && err == nil && run > 0
+	}
+	if !ok {
+		return 0, fmt.Errorf("key %s: answer %.200q is not from a run of the key", key, a.body)
 	}
 	if !strings.HasSuffix(a.body, `,"bytes":`+strconv.Itoa(bodyLen)+"}\n") {
-		return fmt.Errorf("key %s: the handler did not read the %d bytes sent: %.200q", key, bodyLen, a.body)
+		return run, fmt.Errorf("key %s: the handler did not read the %d bytes sent: %.200q", key, bodyLen, a.body)
 	}
 	if !strings.Contains(a.headers, "Content-Type: application/json") {
-		return fmt.Errorf("key %s: answer headers %q", key, a.headers)
+		return run, fmt.Errorf("key %s: answer headers %q", key, a.headers)
 	}
-	return nil
+	return run, nil
 }
 
 // checkProblem checks one of the middleware's problem answers: its media

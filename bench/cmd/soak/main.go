@@ -252,14 +252,12 @@ loop:
 	if ids, runs := a.ids.Load(), drv.t.firstRuns.Load(); drv.t.netErrors.Load() == 0 && ids != runs {
 		f.add(&f.failed, fmt.Sprintf("the handler ran %d times, and %d answers came from runs", ids, runs))
 	}
-	res.rows = append(res.rows, s.recount(last, time.Since(began)))
+	res.rows = append(res.rows, s.recount(last))
 	runtime.GC()
 	res.idle = runtime.NumGoroutine()
 	cleanup()
 	res.tally = &drv.t
-	f.mu.Lock()
-	res.notes, res.dropped = f.notes, f.dropped
-	f.mu.Unlock()
+	res.notes, res.dropped = f.all()
 	return res, nil
 }
 
@@ -276,8 +274,8 @@ func storeNote(cfg config) string {
 func mixLine(t *tally) string {
 	req := float64(max(t.requests.Load(), 1))
 	pct := func(n int64) string { return fmt.Sprintf("%.1f %%", 100*float64(n)/req) }
-	return fmt.Sprintf("%d requests; repeats %s (pairs %s, changed bodies %s); 409 retries included",
-		t.requests.Load(), pct(t.repeats.Load()), pct(t.pairs.Load()), pct(t.changed.Load()))
+	return fmt.Sprintf("%d requests, 409 retries included; repeats %s (pairs %s, changed bodies %s), the oldest %.1f s after the key's first request",
+		t.requests.Load(), pct(t.repeats.Load()), pct(t.pairs.Load()), pct(t.changed.Load()), time.Duration(t.oldest.Load()).Seconds())
 }
 
 // row is one snapshot.
@@ -317,10 +315,12 @@ func (s *sampler) take(name string, at time.Duration) row {
 	return r
 }
 
-// recount replaces the counts of r, and its rate, with those at at.
-func (s *sampler) recount(r row, at time.Duration) row {
-	c := s.counts(r.name, at)
-	c.goroutines, c.heapInuse, c.storeKeys, c.storeErr = r.goroutines, r.heapInuse, r.storeKeys, r.storeErr
+// recount replaces the counts of r with those now, once the workers have
+// stopped and every answer is in. The time, the rate and the process's
+// figures stay those taken while the workers ran.
+func (s *sampler) recount(r row) row {
+	c := s.counts(r.name, r.at)
+	c.rate, c.goroutines, c.heapInuse, c.storeKeys, c.storeErr = r.rate, r.goroutines, r.heapInuse, r.storeKeys, r.storeErr
 	return c
 }
 

@@ -147,7 +147,7 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if run > 1 {
 		a.doubleRuns.Add(1)
-		a.failures.note(fmt.Sprintf("double run: the handler ran %d times for key %s", run, key))
+		a.failures.noteDoubleRun(fmt.Sprintf("double run: the handler ran %d times for key %s", run, key))
 	}
 	id := a.ids.Add(1)
 	var buf [256]byte
