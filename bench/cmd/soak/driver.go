@@ -48,10 +48,10 @@ func (k bodyKind) bytes() []byte {
 const claimLife = 70 * time.Second
 
 // failures counts the checks that failed and keeps the first notes of
-// each kind: double runs (the handler counts them), wrong replays, and
-// every other failed check.
+// each kind: double runs, wrong replays, and every other failed check.
 type failures struct {
 	failed       atomic.Int64 // answers that broke a rule other than the two below
+	doubleRuns   atomic.Int64 // runs of a key past its first, inside its retention
 	wrongReplays atomic.Int64 // repeats not answered with the first answer
 
 	mu      sync.Mutex
@@ -67,14 +67,14 @@ const notesPerKind = 5
 func (f *failures) add(counter *atomic.Int64, msg string) {
 	counter.Add(1)
 	kind := 2
-	if counter == &f.wrongReplays {
+	switch counter {
+	case &f.doubleRuns:
+		kind = 0
+	case &f.wrongReplays:
 		kind = 1
 	}
 	f.note(kind, msg)
 }
-
-// noteDoubleRun notes a double run, which the handler counts.
-func (f *failures) noteDoubleRun(msg string) { f.note(0, msg) }
 
 func (f *failures) note(kind int, msg string) {
 	f.mu.Lock()
@@ -109,6 +109,7 @@ type tally struct {
 	repeats   atomic.Int64 // requests that reuse a key sent before, pairs' second halves included
 	changed   atomic.Int64 // repeats with a changed body
 	netErrors atomic.Int64 // requests without an answer (also counted as failed)
+	expired   atomic.Int64 // runs of a key past its first, after its retention: allowed
 	oldest    atomic.Int64 // the age of the oldest key repeated, in nanoseconds
 }
 
@@ -154,7 +155,10 @@ type driver struct {
 	// maxAge is how long after its first send a key may be sent again:
 	// well inside the retention, so that its record must still be there.
 	maxAge time.Duration
-	ring   int // keys each worker remembers for repeats
+	// retention is the middleware's; epoch is the app's.
+	retention time.Duration
+	epoch     time.Time
+	ring      int // keys each worker remembers for repeats
 	// pairWork is how long the handler takes for a pair's key.
 	pairWork time.Duration
 	stop     atomic.Bool
@@ -419,10 +423,21 @@ func (w *worker) judge(e *entry, a answer, kind bodyKind, ran int) {
 	switch {
 	case a.status == 201 && !a.replayed:
 		d.t.firstRuns.Add(1)
-		// A run past the key's first is a double run, which the handler
-		// counts itself: here only the answer's own content is checked.
-		if _, err := checkRun(a, e.key, len(kind.bytes())); err != nil {
+		run, at, err := checkRun(a, e.key, len(kind.bytes()))
+		if err != nil {
 			d.f.add(&d.f.failed, err.Error())
+		}
+		if run > 1 {
+			// The key's record was kept after its first request was sent,
+			// so it lives at least until then plus the retention: a run
+			// that began before that is a double run. A run after it is
+			// allowed; it takes a stall longer than the retention less
+			// maxAge between the repeat's pick and its claim.
+			if at < e.sent.Sub(d.epoch)+d.retention {
+				d.f.add(&d.f.doubleRuns, fmt.Sprintf("double run: key %s ran %d times, this run %v after the key was first sent: %q", e.key, run, at-e.sent.Sub(d.epoch), a.body))
+			} else {
+				d.t.expired.Add(1)
+			}
 		}
 		if ran != 1 {
 			d.f.add(&d.f.failed, fmt.Sprintf("key %s: an answer from a run, and the handler ran %d times meanwhile", e.key, ran))
@@ -442,7 +457,7 @@ func (w *worker) judge(e *entry, a answer, kind bodyKind, ran int) {
 			// The first request got no answer from a run (a 503, or no
 			// answer at all): the replay must be of a run the handler
 			// made once, and becomes the answer to hold others against.
-			if run, err := checkRun(a, e.key, len(payload)); err != nil || run != 1 || d.counts.get(e.w, e.seq) != 1 {
+			if run, _, err := checkRun(a, e.key, len(payload)); err != nil || run != 1 || d.counts.get(e.w, e.seq) != 1 {
 				d.f.add(&d.f.wrongReplays, fmt.Sprintf("key %s: a replay of a run no client saw: %.200q", e.key, a.body))
 			}
 			e.first = &a
@@ -478,25 +493,30 @@ func (w *worker) judge(e *entry, a answer, kind bodyKind, ran int) {
 
 // checkRun checks that an answer came from a run of the handler for key
 // that read the whole body, and returns the key's run number it carries
-// (1 for the key's first run).
-func checkRun(a answer, key string, bodyLen int) (run int, err error) {
+// (1 for the key's first run) and when the run began.
+func checkRun(a answer, key string, bodyLen int) (run int, at time.Duration, err error) {
+	bad := fmt.Errorf("key %s: answer %.200q is not from a run of the key", key, a.body)
 	rest, ok := strings.CutPrefix(a.body, `{"key":"`+key+`","run":`)
-	if ok {
-		var n string
-		n, _, ok = strings.Cut(rest, `,"id":`)
-		run, err = strconv.Atoi(n)
-		ok = ok && err == nil && run > 0
-	}
 	if !ok {
-		return 0, fmt.Errorf("key %s: answer %.200q is not from a run of the key", key, a.body)
+		return 0, 0, bad
 	}
-	if !strings.HasSuffix(a.body, `,"bytes":`+strconv.Itoa(bodyLen)+"}\n") {
-		return run, fmt.Errorf("key %s: the handler did not read the %d bytes sent: %.200q", key, bodyLen, a.body)
+	n, rest, ok := strings.Cut(rest, `,"id":`)
+	if run, err = strconv.Atoi(n); !ok || err != nil || run < 1 {
+		return 0, 0, bad
+	}
+	_, rest, ok = strings.Cut(rest, `,"at":`)
+	n, rest, _ = strings.Cut(rest, `,"bytes":`)
+	ns, err := strconv.ParseInt(n, 10, 64)
+	if !ok || err != nil {
+		return 0, 0, bad
+	}
+	if rest != strconv.Itoa(bodyLen)+"}\n" {
+		return run, time.Duration(ns), fmt.Errorf("key %s: the handler did not read the %d bytes sent: %.200q", key, bodyLen, a.body)
 	}
 	if !strings.Contains(a.headers, "Content-Type: application/json") {
-		return run, fmt.Errorf("key %s: answer headers %q", key, a.headers)
+		return run, time.Duration(ns), fmt.Errorf("key %s: answer headers %q", key, a.headers)
 	}
-	return run, nil
+	return run, time.Duration(ns), nil
 }
 
 // checkProblem checks one of the middleware's problem answers: its media

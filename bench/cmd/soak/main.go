@@ -4,14 +4,15 @@
 // It serves the middleware on one store, around a handler that counts its
 // runs per key, over loopback, and drives it with client goroutines (32 by
 // default), each on two keep-alive connections. About 10 % of the requests
-// repeat a key sent a moment before: some as the second half of a pair
-// sent at the same moment as the key's first request (so that one may find
-// the other in flight and get 409), some with the same document with its
-// members reordered (a replay is due), some with a changed body (422 is
-// due), the rest as sent; the others carry fresh keys. Records are kept
-// for a short retention (-retention, 30 s), so the store's size levels off;
-// the memory store is bounded (-max-records), so that when it fills, claims
-// are refused with 503.
+// repeat a key sent before, from a moment to half the retention before:
+// some as the second half of a pair sent at the same moment as the key's
+// first request (so that one may find the other in flight and get 409),
+// some with the same document with its members reordered (a replay is
+// due), some with a changed body (422 is due), the rest as sent; the
+// others carry fresh keys. Records are kept for a short retention
+// (-retention, 10 s), so the store's size levels off; the memory store is
+// bounded (-max-records, -max-bytes), so that when it fills, claims are
+// refused with 503.
 //
 // Every answer is checked:
 //
@@ -29,13 +30,17 @@
 //   - a 503 is a correct refusal, never a failure, but the handler must not
 //     run for it; a later repeat of the key may run it, once.
 //
-// Double runs are runs of the handler for a key past its first, counted by
-// the handler itself. Wrong replays are repeats not answered with the
-// key's first answer. The soak prints a row at the start, the middle and
-// the end: requests per second since the row before, the counts so far,
-// the process's goroutines, its heap in use after a garbage collection,
-// and the keys the store holds. It exits 1 on any double run, wrong replay
-// or other failed check.
+// Double runs are runs of the handler for a key past its first that began
+// inside the key's retention, counted from when the key was first sent
+// (the handler numbers a key's runs and stamps when each began). A run
+// after the retention is allowed and counted apart: it takes a stall of
+// the machine longer than half the retention between a repeat's pick and
+// its claim. Wrong replays are repeats not answered with the key's first
+// answer. The soak prints a row at the start, the middle and the end:
+// requests per second since the row before, the counts so far, the
+// process's goroutines, its heap in use after a garbage collection, and
+// the keys and bytes the store holds. It exits 1 on any double run, wrong
+// replay or other failed check.
 //
 // Usage (from bench/):
 //
@@ -70,9 +75,10 @@ func main() {
 		reuse     = flag.Float64("reuse", 0.10, "share of requests that repeat a key sent before (pairs and changed bodies included)")
 		pairs     = flag.Float64("pairs", 0.03, "share of requests that are the second half of a pair: a fresh key sent twice at the same moment")
 		changedF  = flag.Float64("changed", 0.03, "share of requests that repeat a key with a changed body")
-		retention = flag.Duration("retention", 30*time.Second, "how long records are kept (middleware.WithRetention); keys are repeated only within half of it")
-		maxRec    = flag.Int("max-records", 100_000, "memory store: the bound on claims and records (memory.WithMaxRecords)")
-		janitor   = flag.Duration("janitor", 10*time.Second, "memory store: how often expired entries are removed (memory.WithJanitorInterval)")
+		retention = flag.Duration("retention", 10*time.Second, "how long records are kept (middleware.WithRetention); keys are repeated only within half of it")
+		maxRec    = flag.Int("max-records", 150_000, "memory store: the bound on claims and records (memory.WithMaxRecords)")
+		maxBytes  = flag.Int64("max-bytes", 0, "memory store: the bound on the bytes they take (memory.WithMaxBytes); 0 for the store's default, 256 MiB")
+		janitor   = flag.Duration("janitor", 2*time.Second, "memory store: how often expired entries are removed (memory.WithJanitorInterval)")
 		redisBin  = flag.String("redis-server", "redis-server", "redis store: the redis-server binary")
 		redisMem  = flag.String("redis-maxmemory", "", "redis store: a maxmemory for the server (noeviction), to make claims meet a full Redis; default none")
 		startAt   = flag.Duration("start", 0, "when the start row is taken (default: a tenth of -d, at most 10 s)")
@@ -81,8 +87,8 @@ func main() {
 		pairWork  = flag.Duration("pair-work", 5*time.Millisecond, "how long the handler takes for a pair's key (at most 1s), so that the pair's second request can find the first in flight; 0 for no wait")
 	)
 	flag.Parse()
-	if *d <= 0 || *clients < 1 || *retention <= 0 || *maxRec < 1 || *janitor <= 0 || *every <= 0 || *ring < 1 || *cacheSize < 1 || *cacheTTL <= 0 {
-		log.Fatal("soak: -d, -clients, -retention, -max-records, -janitor, -every, -recent, -cache-size and -cache-ttl must be positive")
+	if *d <= 0 || *clients < 1 || *retention <= 0 || *maxRec < 1 || *maxBytes < 0 || *janitor <= 0 || *every <= 0 || *ring < 1 || *cacheSize < 1 || *cacheTTL <= 0 {
+		log.Fatal("soak: -d, -clients, -retention, -max-records, -janitor, -every, -recent, -cache-size and -cache-ttl must be positive, -max-bytes not negative")
 	}
 	m, err := newMix(*reuse, *pairs, *changedF)
 	if err != nil {
@@ -97,7 +103,7 @@ func main() {
 	o := options{
 		cfg: config{
 			store: *storeF, cache: *cache, cacheSize: *cacheSize, cacheTTL: *cacheTTL,
-			retention: *retention, maxRecords: *maxRec, janitor: *janitor,
+			retention: *retention, maxRecords: *maxRec, maxBytes: *maxBytes, janitor: *janitor,
 			redisBin: *redisBin, redisMaxMem: *redisMem, pool: 2 * *clients,
 		},
 		d: *d, startAt: *startAt, every: *every, clients: *clients, mix: m,
@@ -161,7 +167,7 @@ func (r *result) ok() bool {
 // and returns the rows and the failures.
 func soak(o options) (*result, error) {
 	f := &failures{}
-	a := &app{counts: newRunCounts(o.clients), failures: f}
+	a := &app{counts: newRunCounts(o.clients), epoch: time.Now(), failures: f}
 	t, err := startTarget(o.cfg, a)
 	if err != nil {
 		return nil, err
@@ -188,7 +194,7 @@ func soak(o options) (*result, error) {
 	})
 	defer watchdog.Stop()
 
-	drv := &driver{addr: t.addr, app: a, counts: a.counts, mix: o.mix, maxAge: o.cfg.retention / 2, ring: o.ring, pairWork: o.pairWork, f: f}
+	drv := &driver{addr: t.addr, app: a, counts: a.counts, mix: o.mix, maxAge: o.cfg.retention / 2, retention: o.cfg.retention, epoch: a.epoch, ring: o.ring, pairWork: o.pairWork, f: f}
 	workers := make([]*worker, o.clients)
 	for i := range workers {
 		if workers[i], err = drv.newWorker(i); err != nil {
@@ -252,6 +258,10 @@ loop:
 	if ids, runs := a.ids.Load(), drv.t.firstRuns.Load(); drv.t.netErrors.Load() == 0 && ids != runs {
 		f.add(&f.failed, fmt.Sprintf("the handler ran %d times, and %d answers came from runs", ids, runs))
 	}
+	// Every run past a key's first must have been told apart.
+	if reruns, told := a.reruns.Load(), f.doubleRuns.Load()+drv.t.expired.Load(); drv.t.netErrors.Load() == 0 && reruns != told {
+		f.add(&f.failed, fmt.Sprintf("the handler ran %d times past a key's first, and the clients saw %d", reruns, told))
+	}
 	res.rows = append(res.rows, s.recount(last))
 	runtime.GC()
 	res.idle = runtime.NumGoroutine()
@@ -263,6 +273,8 @@ loop:
 
 func storeNote(cfg config) string {
 	switch {
+	case cfg.store == "memory" && cfg.maxBytes > 0:
+		return fmt.Sprintf(", max records %d, max bytes %d", cfg.maxRecords, cfg.maxBytes)
 	case cfg.store == "memory":
 		return fmt.Sprintf(", max records %d", cfg.maxRecords)
 	case cfg.redisMaxMem != "":
@@ -274,8 +286,8 @@ func storeNote(cfg config) string {
 func mixLine(t *tally) string {
 	req := float64(max(t.requests.Load(), 1))
 	pct := func(n int64) string { return fmt.Sprintf("%.1f %%", 100*float64(n)/req) }
-	return fmt.Sprintf("%d requests, 409 retries included; repeats %s (pairs %s, changed bodies %s), the oldest %.1f s after the key's first request",
-		t.requests.Load(), pct(t.repeats.Load()), pct(t.pairs.Load()), pct(t.changed.Load()), time.Duration(t.oldest.Load()).Seconds())
+	return fmt.Sprintf("%d requests, 409 retries included; repeats %s (pairs %s, changed bodies %s), the oldest %.1f s after the key's first request; %d runs after a key's retention (allowed)",
+		t.requests.Load(), pct(t.repeats.Load()), pct(t.pairs.Load()), pct(t.changed.Load()), time.Duration(t.oldest.Load()).Seconds(), t.expired.Load())
 }
 
 // row is one snapshot.
@@ -292,6 +304,7 @@ type row struct {
 	goroutines           int
 	heapInuse            uint64
 	storeKeys            int64
+	storeBytes           int64
 	storeErr             error
 }
 
@@ -311,7 +324,7 @@ func (s *sampler) take(name string, at time.Duration) row {
 	runtime.ReadMemStats(&ms)
 	r.heapInuse = ms.HeapInuse
 	r.goroutines = runtime.NumGoroutine()
-	r.storeKeys, r.storeErr = s.t.keys()
+	r.storeKeys, r.storeBytes, r.storeErr = s.t.keys()
 	return r
 }
 
@@ -320,7 +333,8 @@ func (s *sampler) take(name string, at time.Duration) row {
 // figures stay those taken while the workers ran.
 func (s *sampler) recount(r row) row {
 	c := s.counts(r.name, r.at)
-	c.rate, c.goroutines, c.heapInuse, c.storeKeys, c.storeErr = r.rate, r.goroutines, r.heapInuse, r.storeKeys, r.storeErr
+	c.rate, c.goroutines, c.heapInuse = r.rate, r.goroutines, r.heapInuse
+	c.storeKeys, c.storeBytes, c.storeErr = r.storeKeys, r.storeBytes, r.storeErr
 	return c
 }
 
@@ -336,7 +350,7 @@ func (s *sampler) counts(name string, at time.Duration) row {
 		conflicts:    tl.conflicts.Load(),
 		reused:       tl.reused.Load(),
 		refused:      tl.refused.Load(),
-		doubleRuns:   s.a.doubleRuns.Load(),
+		doubleRuns:   s.drv.f.doubleRuns.Load(),
 		wrongReplays: s.drv.f.wrongReplays.Load(),
 		failed:       s.drv.f.failed.Load(),
 	}
@@ -351,23 +365,25 @@ func (s *sampler) progress(w io.Writer, at time.Duration) {
 	tl := &s.drv.t
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	keys, _ := s.t.keys()
+	keys, _, _ := s.t.keys()
 	fmt.Fprintf(w, "soak: %5.0fs  %9d requests  %d double runs  %d wrong replays  %d failed  409 %d  422 %d  503 %d  goroutines %d  heap %.0f MiB  keys %d\n",
-		at.Seconds(), tl.requests.Load(), s.a.doubleRuns.Load(), s.drv.f.wrongReplays.Load(), s.drv.f.failed.Load(),
+		at.Seconds(), tl.requests.Load(), s.drv.f.doubleRuns.Load(), s.drv.f.wrongReplays.Load(), s.drv.f.failed.Load(),
 		tl.conflicts.Load(), tl.reused.Load(), tl.refused.Load(), runtime.NumGoroutine(), float64(ms.HeapInuse)/(1<<20), keys)
 }
 
+// printTable prints the rows as a Markdown table. Store MiB is the
+// memory store's own count of its bytes (Stats), or Redis's used_memory.
 func printTable(w io.Writer, name string, rows []row) {
-	fmt.Fprintln(w, "| store | at | s | req/s | requests | from runs | replays | double runs | wrong replays | failed checks | 409 | 422 | 503 | goroutines | heap in use MiB | store keys |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| store | at | s | req/s | requests | from runs | replays | double runs | wrong replays | failed checks | 409 | 422 | 503 | goroutines | heap in use MiB | store keys | store MiB |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
-		keys := fmt.Sprint(r.storeKeys)
+		keys, mib := fmt.Sprint(r.storeKeys), fmt.Sprintf("%.1f", float64(r.storeBytes)/(1<<20))
 		if r.storeErr != nil {
-			keys = "error: " + r.storeErr.Error()
+			keys, mib = "error: "+r.storeErr.Error(), ""
 		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %.1f | %s |\n",
+		fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %.1f | %s | %s |\n",
 			name, r.name, r.at.Seconds(), r.rate, r.requests, r.firstRuns, r.replays, r.doubleRuns, r.wrongReplays, r.failed,
-			r.conflicts, r.reused, r.refused, r.goroutines, float64(r.heapInuse)/(1<<20), keys)
+			r.conflicts, r.reused, r.refused, r.goroutines, float64(r.heapInuse)/(1<<20), keys, mib)
 	}
 }
 
