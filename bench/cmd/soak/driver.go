@@ -273,17 +273,19 @@ func (w *worker) remember(e *entry) {
 // pick returns a key sent recently enough to send again (one with a first
 // answer, when withFirst), or nil.
 func (w *worker) pick(withFirst bool) *entry {
-	r := &w.recent
+	rings := [2]*ring{&w.recent, &w.older}
 	if w.rng.IntN(2) == 0 {
-		r = &w.older
+		rings[0], rings[1] = rings[1], rings[0]
 	}
-	if len(r.keys) == 0 {
-		return nil
-	}
-	for range 4 {
-		e := r.keys[w.rng.IntN(len(r.keys))]
-		if time.Since(e.sent) < w.d.maxAge && (!withFirst || e.first != nil) {
-			return e
+	for _, r := range rings {
+		if len(r.keys) == 0 {
+			continue
+		}
+		for range 4 {
+			e := r.keys[w.rng.IntN(len(r.keys))]
+			if time.Since(e.sent) < w.d.maxAge && (!withFirst || e.first != nil) {
+				return e
+			}
 		}
 	}
 	return nil

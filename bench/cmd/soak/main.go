@@ -283,11 +283,13 @@ func storeNote(cfg config) string {
 	return ""
 }
 
+// mixLine says what the soak sent: shares of the requests that were not
+// retries after a 409 (each 409 is followed by one retry).
 func mixLine(t *tally) string {
-	req := float64(max(t.requests.Load(), 1))
-	pct := func(n int64) string { return fmt.Sprintf("%.1f %%", 100*float64(n)/req) }
-	return fmt.Sprintf("%d requests, 409 retries included; repeats %s (pairs %s, changed bodies %s), the oldest %.1f s after the key's first request; %d runs after a key's retention (allowed)",
-		t.requests.Load(), pct(t.repeats.Load()), pct(t.pairs.Load()), pct(t.changed.Load()), time.Duration(t.oldest.Load()).Seconds(), t.expired.Load())
+	sent := t.requests.Load() - t.conflicts.Load()
+	pct := func(n int64) string { return fmt.Sprintf("%.1f %%", 100*float64(n)/float64(max(sent, 1))) }
+	return fmt.Sprintf("%d requests and %d retries after 409; repeats %s of the requests (pairs' second halves %s, changed bodies %s), the oldest %.1f s after the key's first request; %d runs after a key's retention (allowed)",
+		sent, t.conflicts.Load(), pct(t.repeats.Load()), pct(t.pairs.Load()), pct(t.changed.Load()), time.Duration(t.oldest.Load()).Seconds(), t.expired.Load())
 }
 
 // row is one snapshot.
