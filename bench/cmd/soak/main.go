@@ -57,6 +57,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -84,6 +85,7 @@ func main() {
 		startAt   = flag.Duration("start", 0, "when the start row is taken (default: a tenth of -d, at most 10 s)")
 		every     = flag.Duration("every", 30*time.Second, "how often a progress line goes to standard error")
 		ring      = flag.Int("recent", 1024, "keys each client remembers to repeat")
+		memProf   = flag.String("memprofile", "", "write a heap profile here at the end, while the clients still run")
 		pairWork  = flag.Duration("pair-work", 5*time.Millisecond, "how long the handler takes for a pair's key (at most 1s), so that the pair's second request can find the first in flight; 0 for no wait")
 	)
 	flag.Parse()
@@ -107,7 +109,7 @@ func main() {
 			redisBin: *redisBin, redisMaxMem: *redisMem, pool: 2 * *clients,
 		},
 		d: *d, startAt: *startAt, every: *every, clients: *clients, mix: m,
-		ring: *ring, pairWork: *pairWork, progress: os.Stderr,
+		ring: *ring, pairWork: *pairWork, progress: os.Stderr, memProfile: *memProf,
 	}
 	fmt.Fprintf(os.Stderr, "soak: %s, %v, %d clients, retention %v; machine: %s\n", o.cfg.name(), *d, *clients, *retention, machine())
 	res, err := soak(o)
@@ -144,6 +146,9 @@ type options struct {
 	ring     int
 	pairWork time.Duration
 	progress io.Writer // progress lines; nil for none
+	// memProfile, when set, is where a heap profile is written at the end,
+	// before the clients stop.
+	memProfile string
 }
 
 // result is what a soak found.
@@ -248,6 +253,11 @@ loop:
 			// The process as it runs at the end; the counts come after
 			// the workers stop, so that they include every answer.
 			last = s.take("end", time.Since(began))
+			if o.memProfile != "" {
+				if err := writeHeapProfile(o.memProfile); err != nil {
+					log.Printf("soak: %v", err)
+				}
+			}
 			break loop
 		}
 	}
@@ -387,6 +397,18 @@ func printTable(w io.Writer, name string, rows []row) {
 			name, r.name, r.at.Seconds(), r.rate, r.requests, r.firstRuns, r.replays, r.doubleRuns, r.wrongReplays, r.failed,
 			r.conflicts, r.reused, r.refused, r.goroutines, float64(r.heapInuse)/(1<<20), keys, mib)
 	}
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // machine describes where the soak ran: it shares the machine with its
