@@ -62,8 +62,8 @@ type failures struct {
 // notesPerKind is how many notes of each kind a soak keeps.
 const notesPerKind = 5
 
-// add counts a failed check in counter (f.failed or f.wrongReplays) and
-// notes it.
+// add counts a failed check in counter (f.failed, f.doubleRuns or
+// f.wrongReplays) and notes it.
 func (f *failures) add(counter *atomic.Int64, msg string) {
 	counter.Add(1)
 	kind := 2
@@ -134,6 +134,9 @@ func newMix(reuse, pairs, changedShare float64) (mix, error) {
 	if m.repeat < 0 {
 		return mix{}, fmt.Errorf("-reuse %.3f is less than -pairs %.3f plus -changed %.3f", reuse, pairs, changedShare)
 	}
+	if m.changed+m.pair+m.repeat > 1 {
+		return mix{}, fmt.Errorf("-reuse %.3f leaves no fresh keys beside -pairs %.3f", reuse, pairs)
+	}
 	return m, nil
 }
 
@@ -149,7 +152,6 @@ type entry struct {
 // driver runs the workers against one target.
 type driver struct {
 	addr   string
-	app    *app
 	counts *runCounts
 	mix    mix
 	// maxAge is how long after its first send a key may be sent again:
@@ -318,7 +320,7 @@ func (w *worker) send(c *conn, e *entry, body []byte, work time.Duration) (answe
 			return a, true
 		}
 		// Retry sooner than Retry-After (whole seconds, at least 1): the
-		// first run takes microseconds, and the soak is after the answer.
+		// first run takes milliseconds, and the soak wants pressure.
 		time.Sleep(backoff)
 		backoff = min(2*backoff, 100*time.Millisecond)
 	}
@@ -364,18 +366,15 @@ func (w *worker) pair() bool {
 	w.d.t.pairs.Add(1)
 	w.d.t.repeats.Add(1)
 	var (
-		wg    sync.WaitGroup
-		start = make(chan struct{})
-		a2    answer
-		ok2   bool
+		wg  sync.WaitGroup
+		a2  answer
+		ok2 bool
 	)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		<-start
 		a2, ok2 = w.send(w.c2, e, payload, w.d.pairWork)
 	}()
-	close(start)
 	a1, ok1 := w.send(w.c1, e, payload, w.d.pairWork)
 	wg.Wait()
 	runs := w.d.counts.get(e.w, e.seq)

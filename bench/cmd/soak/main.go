@@ -199,7 +199,7 @@ func soak(o options) (*result, error) {
 	})
 	defer watchdog.Stop()
 
-	drv := &driver{addr: t.addr, app: a, counts: a.counts, mix: o.mix, maxAge: o.cfg.retention / 2, retention: o.cfg.retention, epoch: a.epoch, ring: o.ring, pairWork: o.pairWork, f: f}
+	drv := &driver{addr: t.addr, counts: a.counts, mix: o.mix, maxAge: o.cfg.retention / 2, retention: o.cfg.retention, epoch: a.epoch, ring: o.ring, pairWork: o.pairWork, f: f}
 	workers := make([]*worker, o.clients)
 	for i := range workers {
 		if workers[i], err = drv.newWorker(i); err != nil {

@@ -177,7 +177,6 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // target is the idemkey middleware on one store, around the app, served
 // over loopback.
 type target struct {
-	name string
 	addr string
 	// keys returns how many keys the store holds, claims and records, and
 	// the bytes they take as the store counts them (-1 when it does not).
@@ -213,7 +212,7 @@ func (c config) name() string {
 // startTarget builds the store and the middleware around a, and serves
 // them on a free loopback port.
 func startTarget(cfg config, a *app) (*target, error) {
-	t := &target{name: cfg.name()}
+	t := &target{}
 	var closers []func()
 	t.close = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
