@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
+	"strings"
 )
 
 // maxBody bounds the body a handler reads. The idempotency middleware has
@@ -19,9 +21,23 @@ type errBadRequest string
 
 func (e errBadRequest) Error() string { return string(e) }
 
-// decode reads r's body as exactly one JSON object into v. Unknown fields
-// are ignored. Its errors are errBadRequest.
+// errMediaType is the answer to a body that is not labelled JSON: 415.
+// Bodies are read as what their label says, the way the idempotency
+// middleware's fingerprint reads them; a service that decoded JSON from a
+// form-labelled body would let two requests that differ to it look alike
+// to anyone reading them by their label.
+var errMediaType = errors.New("the body is not labelled application/json")
+
+// decode reads r's body as exactly one JSON object into v, and only when
+// its Content-Type is application/json (or a +json type): otherwise
+// errMediaType (an empty body without a label is just empty). Unknown fields are ignored. Its other errors are
+// errBadRequest.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" || r.ContentLength != 0 {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return errMediaType
+		}
+	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	if err := dec.Decode(v); err != nil {
 		var (
@@ -45,9 +61,15 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-// badRequest answers 400 invalid_request with err's message when err is an
-// errBadRequest, and a generic message otherwise.
+// badRequest answers 415 unsupported_media_type for errMediaType, and 400
+// invalid_request with err's message when err is an errBadRequest, and a
+// generic message otherwise.
 func badRequest(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errMediaType) {
+		writeProblem(w, r, http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
+			`Send the body as JSON, with "Content-Type: application/json".`)
+		return
+	}
 	detail := "The request is not valid."
 	if e, ok := errors.AsType[errBadRequest](err); ok {
 		detail = string(e)

@@ -18,6 +18,9 @@ const (
 	// CodeInvalidRequest (400): the body is not the JSON the operation
 	// takes, or a field is out of range.
 	CodeInvalidRequest = "invalid_request"
+	// CodeUnsupportedMediaType (415): the body is not labelled
+	// application/json.
+	CodeUnsupportedMediaType = "unsupported_media_type"
 	// CodeUnauthorized (401): the Authorization header is not
 	// "Bearer <user>".
 	CodeUnauthorized = "unauthorized"

@@ -127,6 +127,7 @@ type req struct {
 	user         string // "Authorization: Bearer <user>" unless empty
 	key          string // Idempotency-Key unless empty
 	body         string
+	contentType  string // the body's Content-Type: application/json unless set ("-": none)
 	requestID    string // X-Request-Id unless empty
 	ctx          context.Context
 }
@@ -161,7 +162,11 @@ func try(c *http.Client, base string, q req) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	if q.body != "" {
+	switch {
+	case q.contentType == "-":
+	case q.contentType != "":
+		r.Header.Set("Content-Type", q.contentType)
+	case q.body != "":
 		r.Header.Set("Content-Type", "application/json")
 	}
 	if q.user != "" {

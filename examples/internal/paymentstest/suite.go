@@ -134,6 +134,7 @@ func suite(t *testing.T, routes payments.Routes, b backend) {
 		{"RetriedTransferCallsBankOnce", testRetriedTransfer},
 		{"LostTransferReplyIsReplayed", testLostTransferReply},
 		{"BadRequestIsKept", testBadRequest},
+		{"BodyNotLabelledJSONIs415", testMediaType},
 		{"ProfileKeyIsOptional", testProfile},
 		{"GetPayment", testGetPayment},
 		{"ConcurrentRetriesRunOnce", testConcurrent},
@@ -288,6 +289,31 @@ func testConflict(t *testing.T, routes payments.Routes, b backend) {
 	}
 	if ts := s.transfers(); len(ts) != 1 {
 		t.Errorf("GET /transfers = %+v, want one", ts)
+	}
+}
+
+// A body that is not labelled JSON is refused with 415 and pays nothing:
+// curl's -d without a Content-Type labels it a form. Bodies that a JSON
+// reader would tell apart but a form reader would not (a+b, a b, a%20b)
+// are never taken for one another.
+func testMediaType(t *testing.T, routes payments.Routes, b backend) {
+	s := start(t, routes, b.environ(t), payments.Options{})
+	for _, ct := range []string{"-", "application/x-www-form-urlencoded", "text/plain"} {
+		rep := s.do(req{method: http.MethodPost, path: "/payments", user: "alice", key: newKey(), body: payment(10, "EUR"), contentType: ct})
+		if rep.Status != http.StatusUnsupportedMediaType || rep.problem(t).Code != payments.CodeUnsupportedMediaType {
+			t.Errorf("body labelled %q: %d %s, want 415 %s", ct, rep.Status, rep.Body, payments.CodeUnsupportedMediaType)
+		}
+	}
+	if ps := s.payments(); len(ps) != 0 {
+		t.Errorf("payments made: %+v, want none", ps)
+	}
+	// The same key, the same bytes, labelled JSON this time: a different
+	// request from the refused one, so 422 rather than the kept 415.
+	key := newKey()
+	s.do(req{method: http.MethodPost, path: "/payments", user: "alice", key: key, body: payment(10, "EUR"), contentType: "application/x-www-form-urlencoded"})
+	rep := s.do(req{method: http.MethodPost, path: "/payments", user: "alice", key: key, body: payment(10, "EUR")})
+	if rep.Status != http.StatusUnprocessableEntity || rep.problem(t).Code != middleware.CodeKeyReused {
+		t.Errorf("the JSON-labelled retry of a refused form: %d %s, want 422 %s", rep.Status, rep.Body, middleware.CodeKeyReused)
 	}
 }
 
