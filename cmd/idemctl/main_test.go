@@ -320,10 +320,18 @@ func TestStats(t *testing.T) {
 
 	// Text.
 	code, out, _ = s.idemctl(t, "", "stats")
-	for _, want := range []string{"records", "in flight", "unreadable", "maxmemory-policy"} {
+	for _, want := range []string{"records", "in flight", "unreadable", "maxmemory-policy", "WARNING: no maxmemory"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("text stats lack %q:\n%s", want, out)
 		}
+	}
+	// With a maxmemory set, that warning goes.
+	if err := s.rdb.ConfigSet(ctx, "maxmemory", "256mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = s.idemctl(t, "", "stats")
+	if code != 0 || strings.Contains(out, "no maxmemory") || !strings.Contains(out, "maxmemory 268435456") {
+		t.Errorf("stats with maxmemory set:\n%s", out)
 	}
 }
 

@@ -62,7 +62,10 @@ Run "idemctl <command> --help" for a command's flags.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("idemctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage+"\nflags:\n")
+		fs.PrintDefaults()
+	}
 	url := fs.String("redis", "", "Redis URL; default $REDIS_URL, else "+defaultURL)
 	cluster := fs.Bool("cluster", false, "the URL names a Redis Cluster node")
 	dbURL := fs.String("database-url", "", "PostgreSQL URL of a store/postgres table; default $DATABASE_URL when --redis and $REDIS_URL are not set")

@@ -214,6 +214,9 @@ func (e *env) printSummary(s *summary) {
 		if n.MaxmemoryPolicy != "noeviction" {
 			warn = "  WARNING: not noeviction, Redis may evict claims and records"
 		}
+		if n.Maxmemory == 0 {
+			warn += "  WARNING: no maxmemory, Redis grows until the kernel kills it and every record is lost at once (docs/operations.md, Sizing)"
+		}
 		fmt.Fprintf(e.stdout, "node %s: %d keys in all, used_memory %s, %s, maxmemory-policy %s%s\n",
 			n.Addr, n.DBSize, n.UsedMemoryHuman, limit, n.MaxmemoryPolicy, warn)
 	}

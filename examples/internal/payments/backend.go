@@ -102,6 +102,10 @@ func OpenBackend(ctx context.Context, cfg Config, logger *slog.Logger) (*Backend
 		return &Backend{Store: st, Name: "memory", Close: st.Close}, nil
 	}
 
+	// go-redis logs what it meets (a refused dial, a reconnect) through a
+	// process-wide logger of its own, as plain text: route it into the
+	// service's structured log.
+	goredis.SetLogger(redisLog{logger.With("component", "go-redis")})
 	st, err := idemredis.New(client)
 	if err != nil {
 		client.Close()
@@ -188,4 +192,13 @@ func openPostgres(ctx context.Context, url string, logger *slog.Logger) (*Backen
 			return nil
 		},
 	}, nil
+}
+
+// redisLog is go-redis's logger, writing to a slog.Logger: each line
+// go-redis prints is a warning (it logs what went wrong: dials, pool
+// and cluster trouble), with its request's context.
+type redisLog struct{ l *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.l.WarnContext(ctx, fmt.Sprintf(format, v...))
 }

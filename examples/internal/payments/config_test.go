@@ -1,6 +1,9 @@
 package payments
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"log/slog"
 	"slices"
 	"strings"
@@ -110,5 +113,19 @@ func TestBearer(t *testing.T) {
 		if user != tc.user || ok != tc.ok {
 			t.Errorf("bearer(%q) = %q, %v; want %q, %v", tc.h, user, ok, tc.user, tc.ok)
 		}
+	}
+}
+
+// go-redis's own lines reach the service's structured log as warnings.
+func TestRedisLogIsStructured(t *testing.T) {
+	var buf bytes.Buffer
+	l := slog.New(slog.NewJSONHandler(&buf, nil))
+	redisLog{l.With("component", "go-redis")}.Printf(context.Background(), "redis: %s failed to dial: %v", "127.0.0.1:6399", "connection refused")
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatalf("not one JSON record: %q", buf.String())
+	}
+	if rec["level"] != "WARN" || rec["component"] != "go-redis" || rec["msg"] != "redis: 127.0.0.1:6399 failed to dial: connection refused" {
+		t.Fatalf("record %v", rec)
 	}
 }
