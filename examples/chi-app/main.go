@@ -3,7 +3,7 @@
 // lost.
 //
 //	go run ./examples/chi-app
-//	curl -i -X POST localhost:8080/payments -H 'Idempotency-Key: k1' -d '{"amount":10,"currency":"EUR"}'
+//	curl -i localhost:8080/payments -H 'Content-Type: application/json' -H 'Idempotency-Key: k1' -d '{"amount":10,"currency":"EUR"}'
 //
 // Without REDIS_URL or DATABASE_URL it keeps its keys in memory; with
 // DATABASE_URL its payments and their kept answers commit together in
@@ -18,9 +18,10 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+	chimw "github.com/go-chi/chi/v5/middleware"
 
 	"github.com/idemkey/idemkey/examples/internal/payments"
-	"github.com/idemkey/idemkey/middleware"
+	idem "github.com/idemkey/idemkey/middleware" // named: chi has a middleware package too
 	"github.com/idemkey/idemkey/openapi"
 	"github.com/idemkey/idemkey/openapi/chiwalk"
 )
@@ -30,19 +31,19 @@ func main() {
 }
 
 // routes is the service's API on chi. The order of the middleware matters:
-// the request id first, then authentication (the idempotency scope is the
-// signed-in user), then idempotency per route.
+// chi's Recoverer and the request id first, then authentication (the
+// idempotency scope is the signed-in user), then idempotency per route.
 func routes(s *payments.Service) http.Handler {
-	idem := s.Idempotency()
+	mw := s.Idempotency()
 	r := chi.NewRouter()
-	r.Use(payments.RequestID, payments.Auth)
+	r.Use(chimw.Recoverer, payments.RequestID, payments.Auth)
 
-	r.With(idem.Required(middleware.Deadline(payments.PaymentDeadline))).Post("/payments", s.CreatePayment)
+	r.With(mw.Required(idem.Deadline(payments.PaymentDeadline))).Post("/payments", s.CreatePayment)
 	r.Get("/payments", s.ListPayments)
 	r.Get("/payments/{id}", s.GetPayment)
-	r.With(idem.Required(middleware.Deadline(s.TransferDeadline()))).Post("/transfers", s.CreateTransfer)
+	r.With(mw.Required(idem.Deadline(s.TransferDeadline()))).Post("/transfers", s.CreateTransfer)
 	r.Get("/transfers", s.ListTransfers)
-	r.With(idem.Optional()).Put("/profile", s.PutProfile)
+	r.With(mw.Optional()).Put("/profile", s.PutProfile)
 	r.Get("/healthz", s.Healthz)
 
 	r.Method(http.MethodGet, "/metrics", s.Metrics())
@@ -52,7 +53,7 @@ func routes(s *payments.Service) http.Handler {
 	if err != nil {
 		panic(err)
 	}
-	doc, err := openapi.New(idem, eps, openapi.WithInfo("payments", "1.0.0"))
+	doc, err := openapi.New(mw, eps, openapi.WithInfo("payments", "1.0.0"))
 	if err != nil {
 		panic(err)
 	}

@@ -4,7 +4,7 @@
 // lost.
 //
 //	ADDR=127.0.0.1:8081 go run ./examples/nethttp-app
-//	curl -i -X POST localhost:8081/payments -H 'Idempotency-Key: k1' -d '{"amount":10,"currency":"EUR"}'
+//	curl -i localhost:8081/payments -H 'Content-Type: application/json' -H 'Idempotency-Key: k1' -d '{"amount":10,"currency":"EUR"}'
 //
 // Without REDIS_URL or DATABASE_URL it keeps its keys in memory; with
 // DATABASE_URL its payments and their kept answers commit together in
@@ -19,7 +19,7 @@ import (
 	"net/http"
 
 	"github.com/idemkey/idemkey/examples/internal/payments"
-	"github.com/idemkey/idemkey/middleware"
+	idem "github.com/idemkey/idemkey/middleware" // the name the README and chi-app use
 	"github.com/idemkey/idemkey/openapi"
 )
 
@@ -32,17 +32,17 @@ func main() {
 // the whole mux, so they run first (the idempotency scope is the signed-in
 // user).
 func routes(s *payments.Service) http.Handler {
-	idem := s.Idempotency()
+	mw := s.Idempotency()
 	routes := []struct {
 		pattern string
 		handler http.Handler
 	}{
-		{"POST /payments", idem.Required(middleware.Deadline(payments.PaymentDeadline))(http.HandlerFunc(s.CreatePayment))},
+		{"POST /payments", mw.Required(idem.Deadline(payments.PaymentDeadline))(http.HandlerFunc(s.CreatePayment))},
 		{"GET /payments", http.HandlerFunc(s.ListPayments)},
 		{"GET /payments/{id}", http.HandlerFunc(s.GetPayment)},
-		{"POST /transfers", idem.Required(middleware.Deadline(s.TransferDeadline()))(http.HandlerFunc(s.CreateTransfer))},
+		{"POST /transfers", mw.Required(idem.Deadline(s.TransferDeadline()))(http.HandlerFunc(s.CreateTransfer))},
 		{"GET /transfers", http.HandlerFunc(s.ListTransfers)},
-		{"PUT /profile", idem.Optional()(http.HandlerFunc(s.PutProfile))},
+		{"PUT /profile", mw.Optional()(http.HandlerFunc(s.PutProfile))},
 		{"GET /healthz", http.HandlerFunc(s.Healthz)},
 		{"GET /metrics", s.Metrics()},
 	}
@@ -53,7 +53,7 @@ func routes(s *payments.Service) http.Handler {
 		eps = append(eps, openapi.FromServeMux(rt.pattern, rt.handler))
 	}
 	// The OpenAPI fragments of the covered operations.
-	doc, err := openapi.New(idem, eps, openapi.WithInfo("payments", "1.0.0"))
+	doc, err := openapi.New(mw, eps, openapi.WithInfo("payments", "1.0.0"))
 	if err != nil {
 		panic(err)
 	}
