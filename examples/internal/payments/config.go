@@ -41,7 +41,7 @@ type Config struct {
 	// "3s"): inside the request's transaction with DatabaseURL, so that a
 	// process killed meanwhile leaves no payment. Default 0; negative is
 	// an error. Past the route's 5 s deadline the payment is undone and
-	// answered 503.
+	// answered 503. PUT /profile waits as long after saving the profile.
 	PaymentDelay time.Duration
 	// BankDelay is how long the simulated bank takes per transfer
 	// (BANK_DELAY, a Go duration such as "200ms" or "5s"). Default

@@ -228,6 +228,17 @@ func (s *Service) PutProfile(w http.ResponseWriter, r *http.Request) {
 	}
 	p := Profile{User: user(r), Name: *in.Name}
 	s.ledger.setProfile(p)
+	if d := s.cfg.PaymentDelay; d > 0 {
+		// As for payments: a window in which to kill the process with the
+		// write made and the answer not sent (a PUT without a key then
+		// shows what a gateway does with a mutation it may not resend).
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+		}
+	}
 	writeJSON(w, http.StatusOK, p)
 }
 
