@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -118,8 +119,17 @@ func (f *floor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // another finishes can take the lock after that one deletes it, and run
 // again.
 type typical struct {
-	rdb  *goredis.Client
+	rdb  typicalClient
 	next http.Handler
+}
+
+// typicalClient is what the typical pattern asks of Redis: a client, or an
+// auto-pipelined one.
+type typicalClient interface {
+	Get(ctx context.Context, key string) *goredis.StringCmd
+	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *goredis.BoolCmd
+	Set(ctx context.Context, key string, value any, expiration time.Duration) *goredis.StatusCmd
+	Del(ctx context.Context, keys ...string) *goredis.IntCmd
 }
 
 type typicalRecord struct {

@@ -10,9 +10,13 @@
 //     needs, a claim script and then a store script, and nothing else;
 //   - typical: what most idempotency libraries do: GET the stored response,
 //     SET NX a lock, run, SET the response, DEL the lock;
-//   - idemkey-memory, idemkey-redis, idemkey-redis+cache: idemkey's
-//     middleware on the memory store, on the Redis store, and on the Redis
-//     store with the local replay cache (middleware.WithLocalCache).
+//   - typical+ap: the same on a go-redis auto-pipelined client, the stand-in
+//     for the fastest peer measured (a library on an auto-pipelining
+//     client);
+//   - idemkey-memory, idemkey-redis, idemkey-redis+cache, idemkey-redis+ap:
+//     idemkey's middleware on the memory store, on the Redis store, on the
+//     Redis store with the local replay cache (middleware.WithLocalCache),
+//     and on the Redis store with redis.WithAutoPipeline.
 //
 // With -scenarios postgres (or any of their names) it runs the PostgreSQL
 // scenarios instead, on a cluster of its own (initdb on a free loopback
@@ -606,13 +610,19 @@ func targets(w io.Writer, scs []string, connsList []int, phases []phase, results
 	}
 	var ts []target
 	for _, ph := range phases {
+		memory := 0.85
+		if ph == replay {
+			memory = 0.9
+		}
 		ts = append(ts,
 			target{"idemkey-redis / floor", scRedis, scFloor, ph, 1.0},
 			target{"idemkey-redis / typical", scRedis, scTypical, ph, 1.0},
-			target{"idemkey-memory / bare", scMemory, scBare, ph, 0.85})
+			target{"idemkey-redis+ap / floor", scRedisAP, scFloor, ph, 1.3},
+			target{"idemkey-redis+ap / typical+ap", scRedisAP, scTypicalAP, ph, 1.2},
+			target{"idemkey-memory / bare", scMemory, scBare, ph, memory})
 	}
 	if slices.Contains(phases, replay) {
-		ts = append(ts, target{"idemkey-redis+cache / bare", scRedisCache, scBare, replay, 0.8})
+		ts = append(ts, target{"idemkey-redis+cache / bare", scRedisCache, scBare, replay, 0.9})
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Targets (req/s ratios; * marks a miss):")
@@ -630,7 +640,7 @@ func targets(w io.Writer, scs []string, connsList []int, phases []phase, results
 			}
 			parts = append(parts, fmt.Sprintf("%d conns %.2f%s", conns, r, mark))
 		}
-		fmt.Fprintf(w, "  %-28s %-9s >= %.2f: %s\n", t.what, t.ph, t.min, strings.Join(parts, ", "))
+		fmt.Fprintf(w, "  %-32s %-9s >= %.2f: %s\n", t.what, t.ph, t.min, strings.Join(parts, ", "))
 	}
 }
 
