@@ -128,9 +128,32 @@ func newPgPool(url string, size int, trips *tripCounter) (*pgxpool.Pool, error) 
 		return nil, err
 	}
 	cfg.MaxConns = int32(size)
-	cfg.MinConns = int32(size / 4)
+	cfg.MinConns = int32(size)
 	cfg.ConnConfig.Tracer = trips
-	return pgxpool.NewWithConfig(context.Background(), cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Dial every connection before serving, as pool_min_conns does for a
+	// service that has been up a while: a cold pool makes the first
+	// requests of a burst dial inside the store's 300 ms budget, and under
+	// this load some of them wait past it and are refused with 503. The
+	// table measures the steady state.
+	conns := make([]*pgxpool.Conn, 0, size)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range size {
+		c, err := pool.Acquire(context.Background())
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		conns = append(conns, c)
+	}
+	return pool, nil
 }
 
 // How a pgApp makes its insert.
