@@ -58,8 +58,11 @@ func (g *Gateway) newBody(req *http.Request) (body, error) {
 	return body{first: first, get: get, length: int64(len(buf))}, nil
 }
 
-// set gives out, the request of attempt i (from 0), its body.
-func (b *body) set(out *http.Request, i int) error {
+// set gives out, the request of attempt i (from 0), its body. Only a
+// resendable request gets GetBody: the transport resends a request that
+// has it, by itself, when a kept-alive connection breaks under it and the
+// request looks idempotent to net/http (see looksIdempotent).
+func (b *body) set(out *http.Request, i int, resendable bool) error {
 	if i == 0 {
 		out.Body = b.first
 	} else {
@@ -69,7 +72,8 @@ func (b *body) set(out *http.Request, i int) error {
 		}
 		out.Body = rc
 	}
-	if b.get != nil && out.Body != nil && out.Body != http.NoBody {
+	out.GetBody = nil
+	if resendable && b.get != nil && out.Body != nil && out.Body != http.NoBody {
 		// The transport may resend on a fresh connection by itself.
 		out.GetBody = b.get
 	}

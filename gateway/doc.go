@@ -80,6 +80,17 @@
 // also counts as sent, so an unkeyed mutation gets 502 where it could in
 // fact have gone elsewhere; never the other way round.
 //
+// net/http's Transport resends some requests by itself, within one
+// attempt, on a new connection when a kept-alive one breaks under them:
+// reads, and any request with an Idempotency-Key or X-Idempotency-Key
+// header, whatever its value, that has no body or has GetBody. A keyed
+// request is safe to resend so. A mutation the gateway counts as unkeyed
+// but that carries such a header (a route outside [WithKeyHonoured],
+// another header name, an invalid key) is sent on a connection of its own,
+// never kept alive, and without GetBody, so that it reaches its upstream
+// at most once. A keyed request may reach one upstream more than once in
+// one attempt this way, always with the same key and body.
+//
 // # The same rule as the client, and where it differs
 //
 // After an attempt that may have been sent, the gateway decides with

@@ -26,6 +26,10 @@ type Gateway struct {
 	cfg       config
 	upstreams []*upstream
 	next      atomic.Uint64 // round-robin position
+	// once is cfg.transport without keep-alives, for the requests that
+	// must reach an upstream at most once but that net/http would resend
+	// by itself (see sendsOnce).
+	once *http.Transport
 
 	now func() time.Time // the clock of the cool-offs; a seam for tests
 }
@@ -68,7 +72,9 @@ func New(upstreams []string, opts ...Option) (*Gateway, error) {
 	if c.transport == nil {
 		c.transport = defaultTransport()
 	}
-	return &Gateway{cfg: c, upstreams: ups, now: time.Now}, nil
+	once := c.transport.Clone()
+	once.DisableKeepAlives = true
+	return &Gateway{cfg: c, upstreams: ups, once: once, now: time.Now}, nil
 }
 
 func parseUpstreams(list []string) ([]*upstream, error) {
@@ -112,7 +118,10 @@ func (g *Gateway) Upstreams() []string {
 }
 
 // CloseIdleConnections closes the transport's idle connections.
-func (g *Gateway) CloseIdleConnections() { g.cfg.transport.CloseIdleConnections() }
+func (g *Gateway) CloseIdleConnections() {
+	g.cfg.transport.CloseIdleConnections()
+	g.once.CloseIdleConnections()
+}
 
 // RoundTrip sends req to an upstream, and to the next ones after a failure
 // when that is safe (see the package documentation). It returns the first
@@ -144,6 +153,11 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		attempts = 1
 	}
 
+	transport := g.cfg.transport
+	if !resendable && looksIdempotent(req.Header) {
+		transport = g.once
+	}
+
 	var (
 		sentAny bool  // some attempt may have reached its upstream
 		lastErr error // the last attempt's error
@@ -156,12 +170,12 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { sent.Store(true) }}
 		out := req.WithContext(httptrace.WithClientTrace(ctx, trace))
 		out.URL = u.target(req.URL)
-		if err := body.set(out, i); err != nil {
+		if err := body.set(out, i, resendable); err != nil {
 			// The body could not be made again: nothing more can be sent.
 			lastErr = err
 			break
 		}
-		resp, err := g.cfg.transport.RoundTrip(out)
+		resp, err := transport.RoundTrip(out)
 		if err == nil {
 			u.up()
 			return resp, nil
@@ -190,6 +204,24 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	return g.failed(req, resendable, sentAny, lastErr)
+}
+
+// looksIdempotent reports whether net/http's Transport counts a request
+// with header h as idempotent whatever its method: it does when h has an
+// Idempotency-Key or X-Idempotency-Key entry, of any value (see
+// http.Transport). Such a request, when it has no body or has GetBody, is
+// resent by the Transport itself, on a new connection, when a kept-alive
+// connection it was written to breaks before the response. That is right
+// for a key the upstream honours and wrong for any other: a route outside
+// WithKeyHonoured, another header name, an invalid key. The Transport
+// resends only on a connection that it had used before, so the gateway
+// sends such a request, when it must reach its upstream at most once, on a
+// connection of its own (the transport without keep-alives), and without
+// GetBody.
+func looksIdempotent(h http.Header) bool {
+	_, a := h["Idempotency-Key"]
+	_, b := h["X-Idempotency-Key"]
+	return a || b
 }
 
 // failed answers a request none of whose attempts got a response.

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -577,5 +578,73 @@ func TestConflictFromAnotherUpstreamPassesThrough(t *testing.T) {
 	}
 	if app.Runs("pay-9") != 1 {
 		t.Errorf("the handler ran %d times, want once", app.Runs("pay-9"))
+	}
+}
+
+// TestKeyLikeHeaderDoesNotLetTheTransportResend: net/http's Transport
+// resends a request on its own, on a fresh connection, when a reused
+// connection breaks before the response and the request looks idempotent
+// to it, which any Idempotency-Key or X-Idempotency-Key header does,
+// whatever its value. A mutation the gateway counts as unkeyed (a route
+// whose upstream does not honour keys, another header name, an invalid
+// key) must still reach its upstream once: the gateway answers 502 and
+// the upstream ran it once.
+func TestKeyLikeHeaderDoesNotLetTheTransportResend(t *testing.T) {
+	var runs atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			io.WriteString(w, "ok")
+			return
+		}
+		io.Copy(io.Discard, r.Body)
+		runs.Add(1)
+		// The mutation ran; its reply is lost with the connection.
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			c.Close()
+		}
+	}))
+	defer srv.Close()
+	cases := []struct {
+		name, method, path, header, key, body string
+	}{
+		{"route not honoured, POST", http.MethodPost, "/raw", idemkey.Header, "k1", "charge"},
+		{"route not honoured, DELETE without a body", http.MethodDelete, "/raw", idemkey.Header, "k2", ""},
+		{"X-Idempotency-Key", http.MethodPost, "/payments", "X-Idempotency-Key", "k3", "charge"},
+		{"two keys", http.MethodPatch, "/payments", idemkey.Header, "k4", "charge"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			runs.Store(0)
+			g, _ := newGateway(t, []string{srv.URL}, WithKeyHonoured(func(r *http.Request) bool { return r.URL.Path != "/raw" }))
+			// A first request leaves a kept-alive connection for the
+			// mutation to reuse.
+			get, _ := http.NewRequest(http.MethodGet, "http://gateway/prime", nil)
+			if resp, err := g.RoundTrip(get); err != nil {
+				t.Fatal(err)
+			} else {
+				read(t, resp)
+			}
+			var body io.Reader
+			if c.body != "" {
+				body = strings.NewReader(c.body)
+			}
+			req, err := http.NewRequest(c.method, "http://gateway"+c.path, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Add(c.header, c.key)
+			if c.name == "two keys" {
+				req.Header.Add(c.header, c.key+"-other")
+			}
+			resp, err := g.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkProblem(t, read(t, resp), http.StatusBadGateway, CodeReplyLost)
+			if n := runs.Load(); n != 1 {
+				t.Errorf("the upstream ran the unkeyed mutation %d times, want 1", n)
+			}
+		})
 	}
 }
