@@ -76,6 +76,15 @@ func errorf(format string, args ...any) error {
 // http.Transport.ResponseHeaderTimeout: an attempt that times out there is a
 // transport error and is retried like one, while the request's own context
 // bounds the whole logical request.
+//
+// net/http's Transport resends on its own, after a kept-alive connection
+// breaks, any request with an Idempotency-Key or X-Idempotency-Key header,
+// whatever its value. A mutation the Transport (this package's) sends
+// without a key, but with such a header (a blank key, another header's
+// name), goes out without GetBody and, when the base is an
+// *http.Transport, on a copy of it that keeps no connection alive, so that
+// it reaches the server once. Another RoundTripper is trusted not to
+// resend a bodiless request of that kind by itself.
 func WithBase(rt http.RoundTripper) Option {
 	return func(c *config) error {
 		if rt == nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/httpretry"
 	"github.com/idemkey/idemkey/internal/option"
 )
 
@@ -20,6 +21,11 @@ import (
 // use.
 type Transport struct {
 	config
+	// once is the base without keep-alives when the base is an
+	// *http.Transport: for mutations without a key the server honours that
+	// carry a key-like header, which the base would otherwise resend by
+	// itself (see httpretry.LooksIdempotent).
+	once http.RoundTripper
 
 	// Seams for tests: the clock, the wait between attempts and the jitter
 	// source (uniform in [0, n)).
@@ -37,7 +43,11 @@ func New(opts ...Option) (*Transport, error) {
 	if err := option.Apply("idemkey: client", &c, opts); err != nil {
 		return nil, err
 	}
-	return &Transport{config: c, now: time.Now, sleep: sleep, jitter: rand.Int64N}, nil
+	t := &Transport{config: c, now: time.Now, sleep: sleep, jitter: rand.Int64N}
+	if b, ok := c.base.(*http.Transport); ok {
+		t.once = httpretry.Once(b)
+	}
+	return t, nil
 }
 
 // sleep waits d or until ctx is done, whichever comes first.
@@ -88,7 +98,12 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		tr.Key = key
 	}
 	// Reads are retried freely; anything else only with a key.
-	retryable := t.maxAttempts > 1 && Resendable(method, key != "")
+	resendable := Resendable(method, key != "")
+	retryable := t.maxAttempts > 1 && resendable
+	base := t.base
+	if !resendable && t.once != nil && httpretry.LooksIdempotent(req.Header) {
+		base = t.once
+	}
 	body, err := t.newBodySource(req, retryable)
 	if err != nil {
 		return nil, err
@@ -108,13 +123,15 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		} else {
 			out.Body = body.next
 		}
-		if out.Body != nil && out.Body != http.NoBody {
+		out.GetBody = nil
+		if resendable && out.Body != nil && out.Body != http.NoBody {
+			// The base may resend on a fresh connection by itself.
 			out.GetBody = body.get
 		}
 		if body.length >= 0 {
 			out.ContentLength = body.length
 		}
-		resp, err = t.base.RoundTrip(out)
+		resp, err = base.RoundTrip(out)
 		switch {
 		case err != nil && resp != nil:
 			discard(resp)

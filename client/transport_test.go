@@ -613,3 +613,61 @@ func TestShortHintsAreBoundedByAttemptsAndTheDeadline(t *testing.T) {
 		}
 	})
 }
+
+// TestKeyLikeHeaderOfAnUnkeyedMutationDoesNotLetTheBaseResend: net/http's
+// Transport resends by itself a request that looks idempotent to it (any
+// Idempotency-Key or X-Idempotency-Key header, whatever its value) when a
+// kept-alive connection breaks before the response. A mutation the client
+// sends without a key it honours (a blank key, another header's name)
+// must reach the server once, on the default base.
+func TestKeyLikeHeaderOfAnUnkeyedMutationDoesNotLetTheBaseResend(t *testing.T) {
+	var runs atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			io.WriteString(w, "ok")
+			return
+		}
+		io.Copy(io.Discard, r.Body)
+		runs.Add(1)
+		if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			c.Close() // ran; the reply is lost
+		}
+	}))
+	defer srv.Close()
+	for _, c := range []struct{ name, method, header, body string }{
+		{"blank key, POST", http.MethodPost, "Idempotency-Key", "pay"},
+		{"blank key, DELETE without a body", http.MethodDelete, "Idempotency-Key", ""},
+		{"X-Idempotency-Key", http.MethodPost, "X-Idempotency-Key", "pay"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			runs.Store(0)
+			base := http.DefaultTransport.(*http.Transport).Clone()
+			defer base.CloseIdleConnections()
+			tr, _ := newTest(t, WithBase(base), WithoutAutoKey())
+			// A read leaves a kept-alive connection for the mutation.
+			get, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+			resp, err := tr.RoundTrip(get)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			var body io.Reader
+			if c.body != "" {
+				body = strings.NewReader(c.body)
+			}
+			req, _ := http.NewRequest(c.method, srv.URL+"/pay", body)
+			req.Header[c.header] = []string{""}
+			if c.header == "X-Idempotency-Key" {
+				req.Header[c.header] = []string{"k1"}
+			}
+			if resp, err := tr.RoundTrip(req); err == nil {
+				resp.Body.Close()
+				t.Fatalf("got %d, want the lost reply's error", resp.StatusCode)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Errorf("the server ran the mutation %d times, want 1", n)
+			}
+		})
+	}
+}

@@ -61,7 +61,7 @@ func (g *Gateway) newBody(req *http.Request) (body, error) {
 // set gives out, the request of attempt i (from 0), its body. Only a
 // resendable request gets GetBody: the transport resends a request that
 // has it, by itself, when a kept-alive connection breaks under it and the
-// request looks idempotent to net/http (see looksIdempotent).
+// request looks idempotent to net/http (see httpretry.LooksIdempotent).
 func (b *body) set(out *http.Request, i int, resendable bool) error {
 	if i == 0 {
 		out.Body = b.first

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/client"
+	"github.com/idemkey/idemkey/internal/httpretry"
 	"github.com/idemkey/idemkey/internal/option"
 )
 
@@ -28,7 +29,7 @@ type Gateway struct {
 	next      atomic.Uint64 // round-robin position
 	// once is cfg.transport without keep-alives, for the requests that
 	// must reach an upstream at most once but that net/http would resend
-	// by itself (see sendsOnce).
+	// by itself (see httpretry.LooksIdempotent).
 	once *http.Transport
 
 	now func() time.Time // the clock of the cool-offs; a seam for tests
@@ -72,9 +73,7 @@ func New(upstreams []string, opts ...Option) (*Gateway, error) {
 	if c.transport == nil {
 		c.transport = defaultTransport()
 	}
-	once := c.transport.Clone()
-	once.DisableKeepAlives = true
-	return &Gateway{cfg: c, upstreams: ups, once: once, now: time.Now}, nil
+	return &Gateway{cfg: c, upstreams: ups, once: httpretry.Once(c.transport), now: time.Now}, nil
 }
 
 func parseUpstreams(list []string) ([]*upstream, error) {
@@ -154,7 +153,7 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 
 	transport := g.cfg.transport
-	if !resendable && looksIdempotent(req.Header) {
+	if !resendable && httpretry.LooksIdempotent(req.Header) {
 		transport = g.once
 	}
 
@@ -204,24 +203,6 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	return g.failed(req, resendable, sentAny, lastErr)
-}
-
-// looksIdempotent reports whether net/http's Transport counts a request
-// with header h as idempotent whatever its method: it does when h has an
-// Idempotency-Key or X-Idempotency-Key entry, of any value (see
-// http.Transport). Such a request, when it has no body or has GetBody, is
-// resent by the Transport itself, on a new connection, when a kept-alive
-// connection it was written to breaks before the response. That is right
-// for a key the upstream honours and wrong for any other: a route outside
-// WithKeyHonoured, another header name, an invalid key. The Transport
-// resends only on a connection that it had used before, so the gateway
-// sends such a request, when it must reach its upstream at most once, on a
-// connection of its own (the transport without keep-alives), and without
-// GetBody.
-func looksIdempotent(h http.Header) bool {
-	_, a := h["Idempotency-Key"]
-	_, b := h["X-Idempotency-Key"]
-	return a || b
 }
 
 // failed answers a request none of whose attempts got a response.
