@@ -36,6 +36,18 @@
 // the first byte goes out), and the transaction refuses statements after
 // it: read the rows you stream before you flush.
 //
+// Helpers that take a *pgx.Conn get Tx(ctx).Conn(): statements run on it
+// are in the transaction, and it is closed (not pooled) when the request
+// ends. Never begin a transaction on it (conn.Begin, pgx.BeginFunc(ctx,
+// conn, ...)): PostgreSQL ignores that BEGIN, and the COMMIT after it
+// commits the request's transaction early. Pass the pgx.Tx instead, whose
+// Begin is a savepoint. When the middleware finds the transaction ended
+// that way, the writes may be committed: a kept answer is still kept (in a
+// transaction of its own), and after a 5xx or a panic the key is not freed
+// but held in flight for 24 hours (repeats get 409; idemctl delete frees
+// it), so that a retry cannot make the writes twice. A hijacked connection
+// rolls the transaction back: do not hijack on a transactional route.
+//
 // The Store is a plain store.Store too (Claim, Complete, Release, Extend:
 // one statement and one round trip each), for services that want durable
 // records without Redis; the middleware uses the transactional flow

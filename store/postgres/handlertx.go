@@ -48,9 +48,19 @@ type handlerTx struct {
 	conn   *pgx.Conn
 	begin  string
 	closed atomic.Bool
-	// broken is set when a begin the handler needed failed: Commit must
-	// not keep anything then.
+	opts   pgx.TxOptions // as begin says, for LargeObjects
+	// broken is set when a begin the handler needed failed, or when a
+	// statement failed before the transaction began (the server refused
+	// it before BEGIN, sent with it, ran): Commit must not keep anything.
 	broken atomic.Bool
+	// began is set once BEGIN has run on the server. A connection that is
+	// then found outside a transaction had it ended by something other
+	// than the middleware (a COMMIT sent through Conn): its writes may be
+	// committed, and the key must not be freed for a retry.
+	began atomic.Bool
+	// connTaken is set when the handler took the connection with Conn:
+	// it is closed, not pooled, when the request ends.
+	connTaken atomic.Bool
 	// savepoints numbers the savepoints Begin makes.
 	savepoints int
 	// lo is a transaction begun by pgx itself, for LargeObjects.
@@ -66,6 +76,17 @@ func (h *handlerTx) close() { h.closed.Store(true) }
 // connection is in a transaction block, failed or not).
 func (h *handlerTx) begun() bool { return h.conn.PgConn().TxStatus() != 'I' }
 
+// settle records what a statement sent with BEGIN in front of it left:
+// the transaction begun, or, when it failed and nothing began, a broken
+// transaction.
+func (h *handlerTx) settle(err error) {
+	if h.begun() {
+		h.began.Store(true)
+	} else if err != nil {
+		h.broken.Store(true)
+	}
+}
+
 // ensure begins the transaction when it has not begun, in a round trip of
 // its own.
 func (h *handlerTx) ensure(ctx context.Context) error {
@@ -79,6 +100,7 @@ func (h *handlerTx) ensure(ctx context.Context) error {
 		h.broken.Store(true)
 		return err
 	}
+	h.began.Store(true)
 	return nil
 }
 
@@ -108,7 +130,9 @@ func (h *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if !h.begun() {
 		sql = h.begin + ";\nSAVEPOINT " + name
 	}
-	if _, err := h.conn.Exec(ctx, sql); err != nil {
+	_, err := h.conn.Exec(ctx, sql)
+	h.settle(err)
+	if err != nil {
 		return nil, err
 	}
 	return &savepointTx{h: h, name: name}, nil
@@ -154,25 +178,28 @@ func (h *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 	br := h.conn.SendBatch(ctx, nb)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
+		h.settle(err)
 		return errBatch{err}
 	}
+	h.began.Store(true)
 	return br
 }
 
 // LargeObjects returns the large objects of the transaction. pgx makes
 // them only on a transaction it began itself: LargeObjects begins one with
-// pgx when the handler's has not begun, and otherwise sends pgx's BEGIN
+// pgx (with the store's TxOptions) when the handler's has not begun, and otherwise sends pgx's BEGIN
 // inside the open transaction, which PostgreSQL answers with a warning and
 // ignores. Call it before any other statement to spare that round trip.
 func (h *handlerTx) LargeObjects() pgx.LargeObjects {
 	if h.lo == nil && !h.closed.Load() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		tx, err := h.conn.Begin(ctx)
+		tx, err := h.conn.BeginTx(ctx, h.opts)
 		if err != nil {
 			h.broken.Store(true)
 		} else {
 			h.lo = tx
+			h.began.Store(true)
 		}
 	}
 	if h.lo == nil {
@@ -204,7 +231,9 @@ func (h *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 		// pgx runs an Exec without arguments as a simple query, which may
 		// hold several statements: BEGIN joins them, and the tag is the
 		// last one's.
-		return h.conn.Exec(ctx, h.begin+";\n"+sql)
+		tag, err := h.conn.Exec(ctx, h.begin+";\n"+sql)
+		h.settle(err)
+		return tag, err
 	}
 	b := &pgx.Batch{}
 	b.Queue(h.begin)
@@ -213,11 +242,13 @@ func (h *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 	_, err := br.Exec()
 	var tag pgconn.CommandTag
 	if err == nil {
+		h.began.Store(true)
 		tag, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
+	h.settle(err)
 	return tag, err
 }
 
@@ -239,8 +270,10 @@ func (h *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 	br := h.conn.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
+		h.settle(err)
 		return errRows{err}, err
 	}
+	h.began.Store(true)
 	rows, err := br.Query()
 	if err != nil {
 		rows.Close()
@@ -258,8 +291,17 @@ func (h *handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.R
 
 // Conn returns the connection the transaction runs on, after beginning the
 // transaction (bounded by 5 seconds), so that what the handler runs on it
-// directly is part of the transaction too.
+// directly is part of the transaction too. The connection is closed when
+// the request ends, so that nothing the handler runs on it later can
+// commit on its own or land in another request's transaction. Never begin
+// or commit a transaction on it (pgx.BeginFunc(ctx, conn, ...), or
+// conn.Begin): PostgreSQL ignores a BEGIN inside a transaction, and the
+// COMMIT that follows commits the request's transaction early. When that
+// happens anyway the middleware keeps the key held (see the package
+// documentation). Pass the pgx.Tx itself instead: its Begin is a
+// savepoint.
 func (h *handlerTx) Conn() *pgx.Conn {
+	h.connTaken.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	h.ensure(ctx)

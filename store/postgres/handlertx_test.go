@@ -259,3 +259,124 @@ func TestTxOptionsIsolation(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerTxFirstStatementThatNeverRan: the handler's first statement
+// fails before the transaction began (the server refused to parse or plan
+// it, so BEGIN, which went with it, never ran either), and the handler
+// answers as if it had not. Nothing is kept, the commit fails, and the key
+// is free for a retry, as after any other failed statement.
+func TestHandlerTxFirstStatementThatNeverRan(t *testing.T) {
+	pool := sharedPool(t)
+	st, _ := newStore(t, pool)
+	for name, run := range map[string]func(ctx context.Context, h pgx.Tx) error{
+		"Exec with arguments, unknown table": func(ctx context.Context, h pgx.Tx) error {
+			_, err := h.Exec(ctx, "INSERT INTO idemkey_no_such_table VALUES ($1)", 1)
+			return err
+		},
+		"Exec without arguments, syntax error": func(ctx context.Context, h pgx.Tx) error {
+			_, err := h.Exec(ctx, "INSERT INTO nowhere VALUE 1")
+			return err
+		},
+		"Query, unknown table": func(ctx context.Context, h pgx.Tx) error {
+			var n int
+			return h.QueryRow(ctx, "SELECT n FROM idemkey_no_such_table WHERE n = $1", 1).Scan(&n)
+		},
+		"SendBatch, unknown table": func(ctx context.Context, h pgx.Tx) error {
+			b := &pgx.Batch{}
+			b.Queue("INSERT INTO idemkey_no_such_table VALUES ($1)", 1)
+			return h.SendBatch(ctx, b).Close()
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			key, tx, ctx, h := handlerTx(t, st)
+			if err := run(ctx, h); err == nil {
+				t.Fatal("the statement did not fail")
+			}
+			err := tx.Commit(context.Background(), record("ok", 1), time.Minute)
+			if !errors.Is(err, store.ErrUnavailable) {
+				t.Fatalf("commit after a failed first statement: %v, want store.ErrUnavailable", err)
+			}
+			claimTx(t, st, key, newClaim(1), store.Claimed)
+		})
+	}
+}
+
+// TestHandlerTxEndedOutsideTheMiddleware: the handler ends the request's
+// transaction itself through its connection (pgx.BeginFunc on Conn() sends
+// BEGIN, which PostgreSQL ignores inside a transaction, then COMMIT), so
+// its writes are committed whatever the middleware does next. After a 5xx
+// (Rollback) the key must not be freed for a retry, which would pay
+// again: it stays claimed. After a kept answer (Commit) the record is
+// kept, and a repeat replays it.
+func TestHandlerTxEndedOutsideTheMiddleware(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	for _, keep := range []bool{false, true} {
+		key, tx, ctx, h := handlerTx(t, st)
+		if err := pay.insert(ctx, key, "first"); err != nil {
+			t.Fatal(err)
+		}
+		err := pgx.BeginFunc(ctx, h.Conn(), func(inner pgx.Tx) error {
+			_, err := inner.Exec(ctx, "INSERT INTO "+pay.name+" (key, made_by) VALUES ($1, 'inner')", key)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keep {
+			if err := tx.Commit(context.Background(), record("ok", 1), time.Minute); err != nil {
+				t.Fatalf("commit: %v", err)
+			}
+			claimTx(t, st, key, newClaim(1), store.Completed)
+		} else {
+			if err := tx.Rollback(context.Background()); err == nil {
+				t.Error("rollback of a transaction the handler had committed reported success")
+			}
+			claimTx(t, st, key, newClaim(1), store.InFlight)
+		}
+		if n := pay.count(t, key); n != 2 {
+			t.Errorf("keep %v: %d payments, want the 2 the handler committed", keep, n)
+		}
+	}
+}
+
+// TestHandlerTxConnIsUnusableAfterTheEnd: a connection the handler took
+// with Conn() is closed when the request's transaction ends, so that a
+// write through it later cannot commit outside the record, or land in
+// another request's transaction.
+func TestHandlerTxConnIsUnusableAfterTheEnd(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	key, tx, ctx, h := handlerTx(t, st)
+	conn := h.Conn()
+	if err := tx.Commit(context.Background(), record("ok", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "INSERT INTO "+pay.name+" (key, made_by) VALUES ($1, 'late')", key); err == nil {
+		t.Error("a write through the handler's connection after the commit succeeded")
+	}
+	if n := pay.count(t, key); n != 0 {
+		t.Errorf("%d late payments", n)
+	}
+}
+
+// TestHandlerTxLargeObjectsKeepTheIsolationLevel: LargeObjects begins the
+// transaction, when the handler has not, as the store is set to.
+func TestHandlerTxLargeObjectsKeepTheIsolationLevel(t *testing.T) {
+	pool := sharedPool(t)
+	st, _ := newStore(t, pool, postgres.WithTxOptions(pgx.TxOptions{IsoLevel: pgx.Serializable}))
+	_, tx, ctx, h := handlerTx(t, st)
+	h.LargeObjects()
+	var got string
+	if err := h.QueryRow(ctx, "SHOW transaction_isolation").Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != string(pgx.Serializable) {
+		t.Errorf("isolation after LargeObjects %q, want %q", got, pgx.Serializable)
+	}
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

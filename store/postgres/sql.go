@@ -177,6 +177,14 @@ FROM (SELECT count(*) AS n FROM kept) k`
 	// transaction rolled back.
 	releaseTxSQL = `DELETE FROM T WHERE key = $1 AND token = $2 AND status IS NULL`
 
+	// holdTxSQL keeps the claim held by $2 in flight for $3 µs more, and
+	// no longer under an advisory lock (so that no one takes it over when
+	// its owner's session ends): for a request whose transaction the
+	// handler ended itself, whose writes may be committed.
+	holdTxSQL = `UPDATE T SET lock_id = NULL,
+    expires_at = greatest(expires_at, statement_timestamp() + $3 * interval '1 microsecond')
+WHERE key = $1 AND token = $2 AND status IS NULL`
+
 	// sweepSQL deletes up to $1 lapsed rows, oldest first, skipping rows
 	// that another statement has locked (a takeover, another sweeper).
 	sweepSQL = `DELETE FROM T WHERE key IN (
@@ -190,7 +198,7 @@ FROM (SELECT count(*) AS n FROM kept) k`
 // statements are the SQL texts for one table.
 type statements struct {
 	claim, claimTx, takeover, complete, release, extend string
-	keepTx, releaseTx, sweep                            string
+	keepTx, releaseTx, holdTx, sweep                    string
 	inspect, delete, stats                              string
 }
 
@@ -210,6 +218,7 @@ func newStatements(table pgx.Identifier) statements {
 		extend:    f(extendSQL),
 		keepTx:    f(keepTxSQL),
 		releaseTx: f(releaseTxSQL),
+		holdTx:    f(holdTxSQL),
 		sweep:     f(sweepSQL),
 		inspect:   f(inspectSQL),
 		delete:    f(deleteSQL),

@@ -30,6 +30,7 @@ type Store struct {
 	timeout       time.Duration
 	commitTimeout time.Duration
 	begin         string // the BEGIN of a request's transaction
+	txOptions     pgx.TxOptions
 	sweepBatch    int
 	lockID        func() int64
 
@@ -77,6 +78,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		timeout:       cfg.callTimeout,
 		commitTimeout: cfg.commitTimeout,
 		begin:         beginSQL(cfg.txOptions),
+		txOptions:     cfg.txOptions,
 		sweepBatch:    cfg.sweepBatch,
 		lockID:        cfg.lockID,
 		stop:          make(chan struct{}),

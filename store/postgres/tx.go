@@ -174,6 +174,10 @@ type requestTx struct {
 	mu      sync.Mutex
 	handler *handlerTx
 	ended   bool
+	// outside is set by Commit and Rollback, before they send anything,
+	// when the handler's transaction had been ended outside the middleware
+	// (endedOutside): the key is then held, never freed.
+	outside bool
 }
 
 var _ store.Tx = (*requestTx)(nil)
@@ -183,7 +187,7 @@ var _ store.Tx = (*requestTx)(nil)
 func (t *requestTx) NewContext(ctx context.Context) context.Context {
 	t.mu.Lock()
 	if t.handler == nil {
-		t.handler = &handlerTx{conn: t.conn.Conn(), begin: t.s.begin}
+		t.handler = &handlerTx{conn: t.conn.Conn(), begin: t.s.begin, opts: t.s.txOptions}
 	}
 	h := t.handler
 	t.mu.Unlock()
@@ -199,6 +203,7 @@ func (t *requestTx) end() bool {
 		return false
 	}
 	t.ended = true
+	t.outside = t.endedOutside()
 	if t.handler != nil {
 		t.handler.close()
 	}
@@ -301,9 +306,37 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 		discard(t.conn)
 		return nil
 	}
-	t.conn.Release()
+	t.giveBack()
 	return nil
 }
+
+// giveBack returns the connection to the pool at the request's end, or
+// closes it when the handler took it with Conn and may use it still.
+func (t *requestTx) giveBack() {
+	if t.handler != nil && t.handler.connTaken.Load() {
+		discard(t.conn)
+		return
+	}
+	t.conn.Release()
+}
+
+// endedOutside reports whether the handler's transaction began and was
+// then ended by something other than the middleware: a COMMIT or ROLLBACK
+// the handler sent on its connection. Its writes may have committed.
+func (t *requestTx) endedOutside() bool {
+	return t.handler != nil && t.handler.began.Load() && t.conn.Conn().PgConn().TxStatus() == 'I'
+}
+
+// errEndedOutside is what Commit and Rollback report when they had to hold
+// the key because the handler's transaction was ended outside the
+// middleware.
+var errEndedOutside = errors.New("the handler's transaction was committed or rolled back outside the middleware (a COMMIT through Conn?); its writes may be committed, so the key is held for " + holdLife.String() + " instead of being freed for a retry")
+
+// holdLife is how long a key whose transaction ended outside the
+// middleware stays claimed: a repeat answers 409 meanwhile. It is the
+// middleware's default retention; an operator can free the key sooner
+// (idemctl delete).
+const holdLife = 24 * time.Hour
 
 // Rollback rolls the transaction back, deletes the claim and releases the
 // advisory lock, in one round trip, bounded by WithCommitTimeout. When it
@@ -338,6 +371,7 @@ func (t *requestTx) rollback(ctx context.Context) error {
 // gives the connection back to the pool, or closes it when anything
 // failed.
 func (t *requestTx) finish(ctx context.Context, release, locked bool) error {
+	outside := release && t.outside
 	b := &pgx.Batch{}
 	switch t.conn.Conn().PgConn().TxStatus() {
 	case 'T':
@@ -352,14 +386,18 @@ func (t *requestTx) finish(ctx context.Context, release, locked bool) error {
 			return err
 		}
 	}
-	if release {
+	switch {
+	case outside:
+		// Not free for a retry: what the handler wrote may be committed.
+		b.Queue(t.s.sql.holdTx, t.key, t.token, holdLife.Microseconds())
+	case release:
 		b.Queue(t.s.sql.releaseTx, t.key, t.token)
 	}
 	if locked {
 		b.Queue(unlockSQL, t.lock)
 	}
 	if b.Len() == 0 {
-		t.conn.Release()
+		t.giveBack()
 		return nil
 	}
 	br := t.conn.SendBatch(ctx, b)
@@ -387,6 +425,9 @@ func (t *requestTx) finish(ctx context.Context, release, locked bool) error {
 		discard(t.conn)
 		return err
 	}
-	t.conn.Release()
+	t.giveBack()
+	if outside {
+		return errEndedOutside
+	}
 	return nil
 }
