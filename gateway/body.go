@@ -6,11 +6,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 )
 
 // ErrRequestBody is returned, wrapped with the cause, by RoundTrip when the
 // request body could not be read, or (for a request made with GetBody) made
-// again for another upstream. When it could not be read, nothing was sent.
+// again for another upstream. When a body held in memory could not be
+// read, nothing was sent. A body too long to hold that failed while it was
+// streamed reached the upstream in part, and the upstream could not read it
+// whole: the failure is the client's, the upstream is not put in cool-off,
+// and the ReverseProxy answers 413 (http.MaxBytesError) or 400.
 var ErrRequestBody = errors.New("idemkey: gateway: reading the request body")
 
 // body hands out a request's body for each attempt.
@@ -22,6 +27,47 @@ type body struct {
 	// length is the body's length when the gateway holds it all, else -1:
 	// the request's own ContentLength stands.
 	length int64
+	// streamed is the client's body when it is sent as it arrives (too
+	// long to hold), to tell its read errors from the upstream's.
+	streamed *watched
+}
+
+// broken returns the error the client's streamed body failed with, if it
+// did: a failed attempt is then the client's fault, not the upstream's.
+func (b *body) broken() error {
+	if b.streamed == nil {
+		return nil
+	}
+	return b.streamed.failed()
+}
+
+// watched is a request body that remembers the first error, other than
+// io.EOF, that reading it gave.
+type watched struct {
+	rc  io.ReadCloser
+	r   io.Reader
+	mu  sync.Mutex
+	err error
+}
+
+func (w *watched) Read(p []byte) (int, error) {
+	n, err := w.r.Read(p)
+	if err != nil && err != io.EOF {
+		w.mu.Lock()
+		if w.err == nil {
+			w.err = err
+		}
+		w.mu.Unlock()
+	}
+	return n, err
+}
+
+func (w *watched) Close() error { return w.rc.Close() }
+
+func (w *watched) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
 }
 
 // newBody prepares req's body for one or more attempts: a body without
@@ -35,7 +81,8 @@ func (g *Gateway) newBody(req *http.Request) (body, error) {
 	case req.GetBody != nil:
 		return body{first: req.Body, get: req.GetBody, length: -1}, nil
 	case g.cfg.bodyLimit == 0 || req.ContentLength > g.cfg.bodyLimit:
-		return body{first: req.Body, length: -1}, nil
+		w := &watched{rc: req.Body, r: req.Body}
+		return body{first: w, length: -1, streamed: w}, nil
 	}
 	buf, err := io.ReadAll(io.LimitReader(req.Body, g.cfg.bodyLimit+1))
 	if err != nil {
@@ -44,10 +91,8 @@ func (g *Gateway) newBody(req *http.Request) (body, error) {
 	}
 	if int64(len(buf)) > g.cfg.bodyLimit {
 		// Too long to hold: what was read and the rest, streamed once.
-		return body{first: struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(buf), req.Body), req.Body}, length: -1}, nil
+		w := &watched{rc: req.Body, r: io.MultiReader(bytes.NewReader(buf), req.Body)}
+		return body{first: w, length: -1, streamed: w}, nil
 	}
 	req.Body.Close()
 	if len(buf) == 0 {

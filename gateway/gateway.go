@@ -185,6 +185,15 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		lastErr = err
 		wasSent := sent.Load()
 		sentAny = sentAny || wasSent
+		if berr := body.broken(); berr != nil {
+			// The client's body failed while it was sent: the upstream
+			// got a request it could not read whole, and is not to blame.
+			lastErr = fmt.Errorf("%w: %w", ErrRequestBody, berr)
+			if g.cfg.observer != nil {
+				g.cfg.observer(Failure{Upstream: u.name, Attempt: i + 1, Method: method, Keyed: keyed, Sent: wasSent, Err: lastErr})
+			}
+			break
+		}
 		callerDone := ctx.Err() != nil
 		if !callerDone {
 			// The caller's end is not the upstream's fault.
@@ -209,14 +218,14 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 func (g *Gateway) failed(req *http.Request, resendable, sentAny bool, lastErr error) (*http.Response, error) {
 	ctxErr := req.Context().Err()
 	switch {
+	case errors.Is(lastErr, ErrRequestBody):
+		return nil, lastErr
 	case sentAny && !resendable:
 		return problemResponse(req, problemReplyLost), nil
 	case errors.Is(ctxErr, context.DeadlineExceeded):
 		return problemResponse(req, problemTimeout), nil
 	case ctxErr != nil:
 		return nil, fmt.Errorf("idemkey: gateway: %w", ctxErr)
-	case errors.Is(lastErr, ErrRequestBody):
-		return nil, lastErr
 	}
 	return problemResponse(req, problemUnavailable), nil
 }

@@ -648,3 +648,33 @@ func TestKeyLikeHeaderDoesNotLetTheTransportResend(t *testing.T) {
 		})
 	}
 }
+
+// TestBrokenStreamedBodyIsTheClientsFault: a body too long to hold, whose
+// reader fails midway (here the front server's MaxBytesReader), is the
+// client's error, not the upstream's: the client gets 413 (400 for other
+// read errors), keyed or not, and the upstream is not put in cool-off.
+func TestBrokenStreamedBodyIsTheClientsFault(t *testing.T) {
+	app := newPayments(t)
+	a := startInstance(t, "a", app)
+	for _, key := range []string{"", "pay-broken"} {
+		g, _ := newGateway(t, []string{a.URL()}, WithBodyLimit(16))
+		p := g.ReverseProxy()
+		p.ErrorLog = discardLog
+		srv := httptest.NewServer(http.MaxBytesHandler(p, 64))
+		body := strings.Repeat("x", 200)
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(body))
+		req.ContentLength = -1 // chunked: the limit is met while streaming
+		if key != "" {
+			req.Header.Set(idemkey.Header, key)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkProblem(t, read(t, resp), http.StatusRequestEntityTooLarge, CodeRequestTooLarge)
+		if g.upstreams[0].downUntil.Load() != 0 {
+			t.Errorf("key %q: the client's broken body put the upstream in cool-off", key)
+		}
+		srv.Close()
+	}
+}
