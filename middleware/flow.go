@@ -89,6 +89,9 @@ type attempt struct {
 	tx    store.Tx // the handler's transaction, with a store.TxStore
 	held  bool     // the claim is kept alive while the handler runs (Middleware.beats)
 	ended bool     // the record was kept, or the claim released
+	// sawInFlight: this request found its key running for its own request
+	// (and waits on it): a store failure then never fails open.
+	sawInFlight bool
 }
 
 type claimOutcome struct {
@@ -133,10 +136,14 @@ func (a *attempt) decide(o claimOutcome) {
 		}
 		// The claim may have landed before the failure; free it if so.
 		m.releaseAbandoned(a.r, a.skey, a.claim.Token, a.digest)
-		if m.cfg.failOpen && errors.Is(o.err, store.ErrUnavailable) {
+		if m.cfg.failOpen && errors.Is(o.err, store.ErrUnavailable) &&
+			a.r.Context().Err() == nil && !a.sawInFlight {
 			// The store is out of reach: run without idempotency, on the
 			// body already read. Any other error (a value the store could
-			// not read may be a kept response) still answers 503.
+			// not read may be a kept response) still answers 503; so does
+			// a failure under a caller that has gone (its retry would run
+			// again), and one met while waiting on a first request this
+			// one saw running.
 			m.emit(a.r, ev)
 			a.runOpen()
 			return
@@ -172,6 +179,7 @@ func (a *attempt) decide(o claimOutcome) {
 			return
 		}
 		if m.cfg.wait > 0 {
+			a.sawInFlight = true
 			if o, ok := a.wait(); ok {
 				a.decide(o)
 				return

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -835,5 +836,66 @@ func TestFailOpenBodyEndsWithTheHandler(t *testing.T) {
 	})).ServeHTTP(httptest.NewRecorder(), post("k", `{"secret":1}`))
 	if n, err := body.Read(make([]byte, 64)); n != 0 || err != io.EOF {
 		t.Fatalf("read after return: %d bytes, %v; want EOF", n, err)
+	}
+}
+
+// TestFailOpenNeverRunsForACallerThatHasGone: a store answers a claim made
+// under a cancelled context as unavailable (the Redis store does). That is
+// the caller leaving, not the store failing: WithFailOpen must not run the
+// handler unguarded then, or the caller's retry runs it a second time.
+func TestFailOpenNeverRunsForACallerThatHasGone(t *testing.T) {
+	f := newFixture(t, middleware.WithFailOpen())
+	h := &counter{}
+	srv := f.mw.Required()(h)
+	f.store.failClaims(fmt.Errorf("%w: %w", store.ErrUnavailable, context.Canceled))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	serve(srv, post("gone-1", `{"a":1}`).WithContext(ctx))
+	f.store.failClaims(nil)
+	if w := serve(srv, post("gone-1", `{"a":1}`)); w.Code != http.StatusCreated {
+		t.Fatalf("retry: %d, want 201", w.Code)
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times for one key, want 1", n)
+	}
+}
+
+// TestFailOpenNeverRunsARepeatItSawInFlight: under WithWait a repeat that
+// has seen its key in flight, for its own request, knows the first one is
+// running: a store failure while it waits answers 503, and never runs the
+// handler beside the first, whatever WithFailOpen says.
+func TestFailOpenNeverRunsARepeatItSawInFlight(t *testing.T) {
+	f := newFixture(t, middleware.WithFailOpen(), middleware.WithWait(5*time.Second))
+	started, finish := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int64
+	srv := f.mw.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			close(started)
+			<-finish
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	first := make(chan int)
+	go func() { first <- serve(srv, post("wait-1", `{"a":1}`)).Code }()
+	<-started
+	repeat := make(chan int)
+	go func() { repeat <- serve(srv, post("wait-1", `{"a":1}`)).Code }()
+	// Let the repeat see the key in flight and start polling, then make
+	// the store fail.
+	for f.store.claims.Load() < 3 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.store.failClaims(fmt.Errorf("%w: connection reset", store.ErrUnavailable))
+	code := <-repeat
+	f.store.failClaims(nil)
+	close(finish)
+	if c := <-first; c != http.StatusCreated {
+		t.Errorf("first: %d", c)
+	}
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("repeat: %d, want 503", code)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times for one key, want 1", n)
 	}
 }

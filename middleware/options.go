@@ -310,8 +310,10 @@ func WithErrorWriter(w ErrorWriter) Option {
 // WithFailOpen makes a request whose claim fails because the store is out
 // of reach (an error matching store.ErrUnavailable) run its handler without
 // idempotency instead of answering 503. A retry of such a request may then
-// run twice. Other claim errors (a full store included) still answer 503.
-// Default: off, fail closed.
+// run twice. Other claim errors (a full store included) still answer 503,
+// and so does a failure under a request whose caller has gone (its context
+// is done: its retry would run again) or that found its key running for
+// the same request and waits on it (WithWait). Default: off, fail closed.
 func WithFailOpen() Option {
 	return func(c *config) error {
 		c.failOpen = true
