@@ -7,11 +7,18 @@
 --
 -- Returns 1 when the record was kept, and when the key already holds the
 -- caller's record (a resent complete whose first reply was lost: nothing is
--- written); 0 when the caller holds neither (nothing is written).
+-- written); 0 when the caller holds neither (nothing is written); 2 when
+-- Redis refused to store the record (out of memory under maxmemory): the
+-- claim is then held for the retention instead, so that no retry runs the
+-- request again while the record could not be kept.
 local p = ARGV[1]
 local v = redis.call('GETRANGE', KEYS[1], 0, #p - 1)
 if v == p then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  local r = redis.pcall('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  if type(r) == 'table' and r.err then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    return 2
+  end
   return 1
 end
 if v == string.sub(ARGV[2], 1, #p) then

@@ -154,8 +154,11 @@
 // the handler a second time. Under noeviction a full server refuses new
 // claims with OOM (503) and still serves replays of kept records and
 // in-flight answers: it refuses every SET, so the claim then reads the key
-// with GET, a second round trip while the server is full. Check refuses any
-// other policy, or warns with WithEvictionWarning.
+// with GET, a second round trip while the server is full. A running
+// handler's claim is still extended (its life needs no memory), and a
+// record the full server refuses to store leaves its claim held for the
+// retention instead: repeats answer 409, and nothing runs twice. Check
+// refuses any other policy, or warns with WithEvictionWarning.
 //
 // Persistence decides what a restart forgets. Without it (no AOF, no RDB
 // snapshots) a restarted server has no claims and no records: retries of

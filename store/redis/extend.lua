@@ -10,6 +10,9 @@ local p = ARGV[1]
 if redis.call('GETRANGE', KEYS[1], 0, #p - 1) ~= p then
   return 0
 end
-redis.call('SETRANGE', KEYS[1], #p + 40, ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- The expires-at inside the value only feeds Retry-After hints. Writing it
+-- needs memory, which a Redis at maxmemory refuses: the life is set either
+-- way, so that a running handler's claim never lapses for want of memory.
+redis.pcall('SETRANGE', KEYS[1], #p + 40, ARGV[3])
 return 1

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -303,11 +304,23 @@ func testMaxmemory(t *testing.T, cfg clientConfig) {
 	}
 	mustClaim(t, st, held, newClaim(1), store.InFlight)
 	t.Logf("OOM: replay and in-flight answers still served")
-	// Keeping a record needs memory: it fails, and the claim stays.
-	err = st.Complete(ctx, held, a.Token, record("held", 1), time.Hour)
+	// A running handler's claim is still extended: its life needs no
+	// memory.
+	if err := st.Extend(ctx, held, a.Token, 2*time.Hour); err != nil {
+		t.Errorf("extend under OOM: %v", err)
+	}
+	if pttl := pttlOf(t, srv.Addr, held); pttl < 110*time.Minute {
+		t.Errorf("after extend under OOM the claim lives %v, want about 2h", pttl)
+	}
+	// Keeping a record needs memory: it fails, and the claim is held for
+	// the retention instead, so that no retry runs the request again.
+	err = st.Complete(ctx, held, a.Token, record("held", 1), 3*time.Hour)
 	t.Logf("OOM: complete: %v", err)
 	checkUnavailable(t, "complete", err)
 	mustClaim(t, st, held, newClaim(1), store.InFlight)
+	if pttl := pttlOf(t, srv.Addr, held); pttl < 170*time.Minute {
+		t.Errorf("after a refused complete the claim lives %v, want about the 3h retention", pttl)
+	}
 	// Deleting frees memory, so a claim can still be released.
 	err = st.Release(ctx, held, a.Token)
 	t.Logf("OOM: release: %v", err)
@@ -554,4 +567,18 @@ func (p *dropProxy) handle(client net.Conn) {
 			return
 		}
 	}
+}
+
+// pttlOf returns the remaining life of key on the server at addr.
+func pttlOf(t *testing.T, addr, key string) time.Duration {
+	t.Helper()
+	v, err := redistest.Do(addr, "PTTL", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatalf("PTTL %q: %v", v, err)
+	}
+	return time.Duration(ms) * time.Millisecond
 }

@@ -243,7 +243,10 @@ func (s *Store) held(ctx context.Context, conn *goredis.Conn, key, v, token stri
 // its own record and returns nil without writing. It returns
 // store.ErrNotOwner when token neither holds the claim nor kept the record,
 // and an error wrapping store.ErrUnavailable when the backend fails: then
-// the record may or may not have been kept.
+// the record may or may not have been kept. When Redis refuses the record
+// for want of memory (maxmemory under noeviction) the claim is held for
+// the retention instead, so that repeats answer 409 rather than run the
+// request again, and the error says so.
 func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Record, retention time.Duration) error {
 	if err := checkToken(token); err != nil {
 		return err
@@ -260,8 +263,15 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 		return err
 	}
 	reply, err := s.run(ctx, completeScript, key, ownerPrefix(token), val, ms)
+	if err == nil && reply == int64(2) {
+		return unavailable("complete", errHeldInstead)
+	}
 	return ownerResult("complete", reply, err)
 }
+
+// errHeldInstead is the cause Complete reports when Redis refused the
+// record and the claim was held for the retention in its place.
+var errHeldInstead = errors.New("Redis refused to store the record (out of memory?); the claim is held for the retention instead, so repeats answer 409 and never run again")
 
 // Release deletes the claim held by token, in one round trip. It returns nil
 // when the key holds nothing (a Release resent after a lost reply, or a
