@@ -34,6 +34,18 @@ type slot struct {
 	done chan struct{}
 }
 
+// ended reports whether the slot's timer has fired. A slot whose number
+// comes round again after the wall clock stepped back has: a new one is
+// made then.
+func (s *slot) ended() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // slotClock hands out the slot that ends at or after a given time.
 type slotClock struct {
 	last  atomic.Pointer[slot] // the slot handed out last: the usual answer
@@ -47,7 +59,7 @@ var clock slotClock
 // after returns the slot that ends at the first slot boundary at or after t.
 func (c *slotClock) after(t time.Time) *slot {
 	n := (t.UnixNano() + int64(slotWidth) - 1) / int64(slotWidth)
-	if s := c.last.Load(); s != nil && s.n == n {
+	if s := c.last.Load(); s != nil && s.n == n && !s.ended() {
 		return s
 	}
 	c.mu.Lock()

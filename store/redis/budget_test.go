@@ -115,3 +115,27 @@ func BenchmarkBudget(b *testing.B) {
 		})
 	})
 }
+
+// TestBudgetNeverHandsOutAnEndedSlot: when the wall clock steps back, a
+// deadline can fall in a slot that has already ended (its timer runs on
+// the monotonic clock) and that is still the last one handed out. The call
+// must get a slot that is still open, not a Done that is already closed
+// (an instant, spurious deadline).
+func TestBudgetNeverHandsOutAnEndedSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var c slotClock
+		end := time.Now().Add(time.Second)
+		// The state a step back of the wall clock leaves: the last slot
+		// handed out has the number end falls in, and has ended.
+		ended := &slot{n: (end.UnixNano() + int64(slotWidth) - 1) / int64(slotWidth), done: make(chan struct{})}
+		close(ended.done)
+		c.last.Store(ended)
+		got := c.after(end)
+		select {
+		case <-got.done:
+			t.Error("a call got a slot that had already ended")
+		default:
+		}
+		time.Sleep(2 * time.Second)
+	})
+}
