@@ -271,7 +271,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 
 // errHeldInstead is the cause Complete reports when Redis refused the
 // record and the claim was held for the retention in its place.
-var errHeldInstead = errors.New("Redis refused to store the record (out of memory?); the claim is held for the retention instead, so repeats answer 409 and never run again")
+var errHeldInstead = errors.New("the server refused to store the record (out of memory?); the claim is held for the retention instead, so repeats answer 409 and never run again")
 
 // Release deletes the claim held by token, in one round trip. It returns nil
 // when the key holds nothing (a Release resent after a lost reply, or a
