@@ -185,27 +185,24 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		lastErr = err
 		wasSent := sent.Load()
 		sentAny = sentAny || wasSent
+		// The caller's end, or its body failing while it was sent (the
+		// upstream got a request it could not read whole), is not the
+		// upstream's fault, and ends the request.
+		clientsFault := ctx.Err() != nil
 		if berr := body.broken(); berr != nil {
-			// The client's body failed while it was sent: the upstream
-			// got a request it could not read whole, and is not to blame.
 			lastErr = fmt.Errorf("%w: %w", ErrRequestBody, berr)
-			if g.cfg.observer != nil {
-				g.cfg.observer(Failure{Upstream: u.name, Attempt: i + 1, Method: method, Keyed: keyed, Sent: wasSent, Err: lastErr})
-			}
-			break
+			clientsFault = true
 		}
-		callerDone := ctx.Err() != nil
-		if !callerDone {
-			// The caller's end is not the upstream's fault.
+		if !clientsFault {
 			u.down(g.now(), g.cfg.coolOff)
 		}
 		// Nothing sent: any request may go elsewhere. Sent: only what may
 		// be sent twice, and only after an error another attempt could
 		// escape (client's rule).
-		next := !callerDone && i+1 < attempts &&
+		next := !clientsFault && i+1 < attempts &&
 			(!wasSent || resendable && client.RetryableError(err))
 		if g.cfg.observer != nil {
-			g.cfg.observer(Failure{Upstream: u.name, Attempt: i + 1, Method: method, Keyed: keyed, Sent: wasSent, Err: err, Next: next})
+			g.cfg.observer(Failure{Upstream: u.name, Attempt: i + 1, Method: method, Keyed: keyed, Sent: wasSent, Err: lastErr, Next: next})
 		}
 		if !next {
 			break

@@ -172,24 +172,35 @@ func (h *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 	if h.begun() || len(b.QueuedQueries) == 0 {
 		return h.conn.SendBatch(ctx, b)
 	}
-	nb := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 1+len(b.QueuedQueries))}
-	nb.QueuedQueries = append(nb.QueuedQueries, &pgx.QueuedQuery{SQL: h.begin})
-	nb.QueuedQueries = append(nb.QueuedQueries, b.QueuedQueries...)
-	br := h.conn.SendBatch(ctx, nb)
+	br, err := h.sendAfterBegin(ctx, b.QueuedQueries)
+	if err != nil {
+		return errBatch{err}
+	}
+	return br
+}
+
+// sendAfterBegin sends queries with BEGIN in front of them, in one round
+// trip, and reads BEGIN's result. When that fails, the batch is closed and
+// the transaction settled (broken, when nothing began).
+func (h *handlerTx) sendAfterBegin(ctx context.Context, queries []*pgx.QueuedQuery) (pgx.BatchResults, error) {
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 1+len(queries))}
+	b.QueuedQueries = append(b.QueuedQueries, &pgx.QueuedQuery{SQL: h.begin})
+	b.QueuedQueries = append(b.QueuedQueries, queries...)
+	br := h.conn.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
 		h.settle(err)
-		return errBatch{err}
+		return nil, err
 	}
 	h.began.Store(true)
-	return br
+	return br, nil
 }
 
 // LargeObjects returns the large objects of the transaction. pgx makes
 // them only on a transaction it began itself: LargeObjects begins one with
-// pgx (with the store's TxOptions) when the handler's has not begun, and otherwise sends pgx's BEGIN
-// inside the open transaction, which PostgreSQL answers with a warning and
-// ignores. Call it before any other statement to spare that round trip.
+// pgx (with the store's TxOptions) when the handler's has not begun, and
+// otherwise sends pgx's BEGIN inside the open transaction, which
+// PostgreSQL answers with a warning and ignores. Call it before any other statement to spare that round trip.
 func (h *handlerTx) LargeObjects() pgx.LargeObjects {
 	if h.lo == nil && !h.closed.Load() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -235,16 +246,11 @@ func (h *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 		h.settle(err)
 		return tag, err
 	}
-	b := &pgx.Batch{}
-	b.Queue(h.begin)
-	b.Queue(sql, args...)
-	br := h.conn.SendBatch(ctx, b)
-	_, err := br.Exec()
-	var tag pgconn.CommandTag
-	if err == nil {
-		h.began.Store(true)
-		tag, err = br.Exec()
+	br, err := h.sendAfterBegin(ctx, []*pgx.QueuedQuery{{SQL: sql, Arguments: args}})
+	if err != nil {
+		return pgconn.CommandTag{}, err
 	}
+	tag, err := br.Exec()
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -264,16 +270,10 @@ func (h *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 		}
 		return h.conn.Query(ctx, sql, args...)
 	}
-	b := &pgx.Batch{}
-	b.Queue(h.begin)
-	b.Queue(sql, args...)
-	br := h.conn.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		h.settle(err)
+	br, err := h.sendAfterBegin(ctx, []*pgx.QueuedQuery{{SQL: sql, Arguments: args}})
+	if err != nil {
 		return errRows{err}, err
 	}
-	h.began.Store(true)
 	rows, err := br.Query()
 	if err != nil {
 		rows.Close()

@@ -189,34 +189,6 @@ func TestHandlerTxControl(t *testing.T) {
 	}
 }
 
-// TestHandlerTxFailedStatement: a statement of the handler fails, and the
-// handler answers as if it had not. Nothing is kept, and the key is free
-// for a retry.
-func TestHandlerTxFailedStatement(t *testing.T) {
-	pool := sharedPool(t)
-	st, table := newStore(t, pool)
-	pay := newPayments(t, pool, table)
-	for _, first := range []bool{true, false} {
-		key, tx, ctx, h := handlerTx(t, st)
-		if !first {
-			if err := pay.insert(ctx, key, "a"); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := h.Exec(ctx, "SELECT 1/0"); err == nil {
-			t.Fatal("1/0 did not fail")
-		}
-		err := tx.Commit(context.Background(), record("ok", 1), time.Minute)
-		if !errors.Is(err, store.ErrUnavailable) {
-			t.Fatalf("commit after a failed statement: %v, want store.ErrUnavailable", err)
-		}
-		if n := pay.count(t, key); n != 0 {
-			t.Errorf("%d payments", n)
-		}
-		claimTx(t, st, key, newClaim(1), store.Claimed)
-	}
-}
-
 // TestHandlerTxRowsLeftOpen: the handler returns with rows unread. The
 // commit fails, and the next transactional claim takes the key over as
 // soon as the server has seen the connection close, and its lock with it.
@@ -260,28 +232,38 @@ func TestTxOptionsIsolation(t *testing.T) {
 	}
 }
 
-// TestHandlerTxFirstStatementThatNeverRan: the handler's first statement
-// fails before the transaction began (the server refused to parse or plan
-// it, so BEGIN, which went with it, never ran either), and the handler
-// answers as if it had not. Nothing is kept, the commit fails, and the key
-// is free for a retry, as after any other failed statement.
-func TestHandlerTxFirstStatementThatNeverRan(t *testing.T) {
+// TestHandlerTxFailedStatement: a statement of the handler fails, and the
+// handler answers as if it had not. Nothing is kept, the commit fails, and
+// the key is free for a retry. That holds for a statement that fails as it
+// runs, first or after a write, and for a first statement that the server
+// refused to parse or plan, so that BEGIN, which went with it, never ran
+// either and the connection looks as if nothing happened.
+func TestHandlerTxFailedStatement(t *testing.T) {
 	pool := sharedPool(t)
-	st, _ := newStore(t, pool)
-	for name, run := range map[string]func(ctx context.Context, h pgx.Tx) error{
-		"Exec with arguments, unknown table": func(ctx context.Context, h pgx.Tx) error {
-			_, err := h.Exec(ctx, "INSERT INTO idemkey_no_such_table VALUES ($1)", 1)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	type step = func(t *testing.T, ctx context.Context, h pgx.Tx, key string) error
+	exec := func(sql string, args ...any) step {
+		return func(_ *testing.T, ctx context.Context, h pgx.Tx, _ string) error {
+			_, err := h.Exec(ctx, sql, args...)
 			return err
+		}
+	}
+	for name, run := range map[string]step{
+		"runs and fails, first": exec("SELECT 1/0"),
+		"runs and fails, after a write": func(t *testing.T, ctx context.Context, h pgx.Tx, key string) error {
+			if err := pay.insert(ctx, key, "a"); err != nil {
+				t.Fatal(err)
+			}
+			return exec("SELECT 1/0")(t, ctx, h, key)
 		},
-		"Exec without arguments, syntax error": func(ctx context.Context, h pgx.Tx) error {
-			_, err := h.Exec(ctx, "INSERT INTO nowhere VALUE 1")
-			return err
-		},
-		"Query, unknown table": func(ctx context.Context, h pgx.Tx) error {
+		"refused first, Exec with arguments":    exec("INSERT INTO idemkey_no_such_table VALUES ($1)", 1),
+		"refused first, Exec without arguments": exec("INSERT INTO nowhere VALUE 1"),
+		"refused first, Query": func(_ *testing.T, ctx context.Context, h pgx.Tx, _ string) error {
 			var n int
 			return h.QueryRow(ctx, "SELECT n FROM idemkey_no_such_table WHERE n = $1", 1).Scan(&n)
 		},
-		"SendBatch, unknown table": func(ctx context.Context, h pgx.Tx) error {
+		"refused first, SendBatch": func(_ *testing.T, ctx context.Context, h pgx.Tx, _ string) error {
 			b := &pgx.Batch{}
 			b.Queue("INSERT INTO idemkey_no_such_table VALUES ($1)", 1)
 			return h.SendBatch(ctx, b).Close()
@@ -289,12 +271,15 @@ func TestHandlerTxFirstStatementThatNeverRan(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			key, tx, ctx, h := handlerTx(t, st)
-			if err := run(ctx, h); err == nil {
+			if err := run(t, ctx, h, key); err == nil {
 				t.Fatal("the statement did not fail")
 			}
 			err := tx.Commit(context.Background(), record("ok", 1), time.Minute)
 			if !errors.Is(err, store.ErrUnavailable) {
-				t.Fatalf("commit after a failed first statement: %v, want store.ErrUnavailable", err)
+				t.Fatalf("commit after a failed statement: %v, want store.ErrUnavailable", err)
+			}
+			if n := pay.count(t, key); n != 0 {
+				t.Errorf("%d payments", n)
 			}
 			claimTx(t, st, key, newClaim(1), store.Claimed)
 		})
