@@ -31,7 +31,7 @@ type capture struct {
 	w     http.ResponseWriter
 	limit int
 	keep  func(string) bool
-	owner *attempt
+	owner streamer
 
 	status    int         // final status; 0 until written
 	kept      http.Header // headers that may be replayed, snapshotted with the status
@@ -50,6 +50,13 @@ type capture struct {
 	in      bodyReader
 	length  [1]string
 	request [1]string
+}
+
+// A streamer is told before a held response starts to go out while the
+// handler runs, and keeps its record first; it reports false when the
+// response must not go out (it answered in the handler's place).
+type streamer interface {
+	streaming(*capture) bool
 }
 
 // errAborted is what a handler's writes return once the middleware has
@@ -367,7 +374,7 @@ func (c *captureFHR) ReadFrom(src io.Reader) (int64, error) { return c.readFrom(
 // capture itself, with exactly the optional interfaces (http.Flusher,
 // http.Hijacker, io.ReaderFrom) that w has, and http.Hijacker also when
 // w's Unwrap chain reaches one. Both are one allocation.
-func newCapture(w http.ResponseWriter, limit int, keep func(string) bool, owner *attempt) (*capture, http.ResponseWriter) {
+func newCapture(w http.ResponseWriter, limit int, keep func(string) bool, owner streamer) (*capture, http.ResponseWriter) {
 	_, f := w.(http.Flusher)
 	// A writer that reaches a Hijacker only by Unwrap can be hijacked
 	// through http.ResponseController: the capture must offer Hijack then,

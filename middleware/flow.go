@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/idemkey/idemkey"
@@ -15,7 +14,9 @@ import (
 
 // The flow of one request: read the key, the scope and the body; claim the
 // key; then replay, refuse, or run the handler as the key's owner and keep
-// or release what it answered.
+// or release what it answered. There is one path whatever the store: the
+// key's owner is a store.Tx (owner.go), the handler's transaction or a
+// plain store's claim seen as one.
 
 // ServeHTTP runs the flow of one request.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -28,14 +29,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch err {
 	case nil:
 	case idemkey.ErrKeyMissing:
-		if !h.route.Required {
-			h.next.ServeHTTP(w, r)
-			return
+		if h.route.Required {
+			m.refuse(w, r, Event{Kind: EventKeyMissing}, problemKeyMissing, 0)
+		} else {
+			h.runKeyless(w, r)
 		}
-		m.refuse(w, r, Event{Kind: EventKeyMissing}, CodeKeyMissing, 0)
 		return
 	default:
-		m.refuse(w, r, Event{Kind: EventKeyInvalid}, CodeKeyInvalid, 0)
+		m.refuse(w, r, Event{Kind: EventKeyInvalid}, problemKeyInvalid, 0)
 		return
 	}
 
@@ -51,9 +52,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := m.readBody(w, r, buf)
 	if err != nil {
 		if errors.Is(err, errTooLarge) {
-			m.refuse(w, r, Event{Kind: EventRequestTooLarge, KeyDigest: digest}, CodeRequestTooLarge, 0)
+			m.refuse(w, r, Event{Kind: EventRequestTooLarge, KeyDigest: digest}, problemRequestTooLarge, 0)
 		} else {
-			m.refuse(w, r, Event{Kind: EventBodyUnreadable, KeyDigest: digest}, CodeBodyUnreadable, 0)
+			m.refuse(w, r, Event{Kind: EventBodyUnreadable, KeyDigest: digest}, problemBodyUnreadable, 0)
 		}
 		return
 	}
@@ -71,6 +72,30 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.decide(a.claimKey())
 }
 
+// runKeyless runs a covered request that carries no key, on a route where
+// the key is optional: with no idempotency at all, but on a transactional
+// store inside a transaction of its own, so that the handler's code is the
+// same with a key and without one. Its writes commit before the response
+// goes out (no record is kept), and roll back after a 5xx or a panic.
+func (h *handler) runKeyless(w http.ResponseWriter, r *http.Request) {
+	m := h.m
+	if m.tx == nil {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	a := &attempt{h: h, w: w, r: r, keyless: true}
+	ctx, cancel := m.budget(r.Context())
+	a.start = time.Now()
+	tx, err := m.tx.Begin(ctx)
+	cancel()
+	if err != nil {
+		m.refuse(w, r, Event{Kind: EventStoreError, StoreLatency: time.Since(a.start), Err: err}, problemUnavailable, 1)
+		return
+	}
+	a.own = txOwner{tx}
+	a.run()
+}
+
 // attempt is one covered request with a valid key: one attempt at the
 // operation the key names. It claims the key, and when it owns it, runs
 // the handler and keeps or releases the response.
@@ -85,10 +110,13 @@ type attempt struct {
 	claim  store.Claim
 	start  time.Time // when the claim was made
 
+	// keyless: a request without a key run in a transaction of its own
+	// (runKeyless): nothing is claimed or kept, and only failures are
+	// reported.
+	keyless bool
 	// While the attempt owns the key:
-	tx    store.Tx // the handler's transaction, with a store.TxStore
-	held  bool     // the claim is kept alive while the handler runs (Middleware.beats)
-	ended bool     // the record was kept, or the claim released
+	own   owner
+	ended bool // the record was kept, or the claim released
 	// sawInFlight: this request found its key running for its own request
 	// (and waits on it): a store failure then never fails open.
 	sawInFlight bool
@@ -96,28 +124,31 @@ type attempt struct {
 
 type claimOutcome struct {
 	res store.Result
-	tx  store.Tx
+	own owner
 	err error
 }
 
-// claimKey makes one claim of the key: in a transaction when the store runs
-// handlers in one.
+// claimKey makes one claim of the key, within the store's budget.
 func (a *attempt) claimKey() claimOutcome {
 	m := a.h.m
 	ctx, cancel := m.budget(a.r.Context())
 	defer cancel()
 	a.start = time.Now()
-	if m.tx != nil {
-		res, tx, err := m.tx.ClaimTx(ctx, a.skey, a.claim)
-		return claimOutcome{res, tx, err}
-	}
-	res, err := m.store.Claim(ctx, a.skey, a.claim)
-	return claimOutcome{res: res, err: err}
+	res, own, err := m.claim(ctx, a)
+	return claimOutcome{res, own, err}
 }
 
 // event returns an event about this attempt's key.
 func (a *attempt) event(kind EventKind) Event {
 	return Event{Kind: kind, KeyDigest: a.digest}
+}
+
+// emit reports ev; of a keyless request, only failures.
+func (a *attempt) emit(ev Event) {
+	if a.keyless && ev.Kind != EventStoreError {
+		return
+	}
+	a.h.m.emit(a.r, ev)
 }
 
 func (a *attempt) decide(o claimOutcome) {
@@ -131,7 +162,7 @@ func (a *attempt) decide(o claimOutcome) {
 			// nothing landed, and nothing runs (not even fail-open: the
 			// store is up).
 			ev.Kind = EventStoreFull
-			m.refuse(a.w, a.r, ev, CodeUnavailable, 1)
+			m.refuse(a.w, a.r, ev, problemUnavailable, 1)
 			return
 		}
 		// The claim may have landed before the failure; free it if so.
@@ -148,24 +179,26 @@ func (a *attempt) decide(o claimOutcome) {
 			a.runOpen()
 			return
 		}
-		m.refuse(a.w, a.r, ev, CodeUnavailable, 1)
+		m.refuse(a.w, a.r, ev, problemUnavailable, 1)
 		return
 	}
 	res := o.res
 	switch res.State {
 	case store.Claimed, store.Mine:
-		if m.tx != nil && o.tx == nil {
+		if o.own == nil {
 			ev.Kind, ev.Err = EventStoreError, errors.New("idemkey: middleware: transactional store claimed without a transaction")
 			m.releaseAbandoned(a.r, a.skey, a.claim.Token, a.digest)
-			m.refuse(a.w, a.r, ev, CodeUnavailable, 1)
+			m.refuse(a.w, a.r, ev, problemUnavailable, 1)
 			return
 		}
-		a.tx = o.tx
+		a.own = o.own
+		ev.Kind = EventFirstAttempt
+		m.emit(a.r, ev)
 		a.run()
 	case store.Completed:
 		if res.Record == nil {
 			ev.Kind, ev.Err = EventStoreError, errors.New("idemkey: middleware: store answered completed without a record")
-			m.refuse(a.w, a.r, ev, CodeUnavailable, 1)
+			m.refuse(a.w, a.r, ev, problemUnavailable, 1)
 			return
 		}
 		if m.cache != nil {
@@ -175,7 +208,7 @@ func (a *attempt) decide(o claimOutcome) {
 	case store.InFlight:
 		if res.Fingerprint != a.claim.Fingerprint {
 			ev.Kind = EventKeyReused
-			m.refuse(a.w, a.r, ev, CodeKeyReused, 0)
+			m.refuse(a.w, a.r, ev, problemKeyReused, 0)
 			return
 		}
 		if m.cfg.wait > 0 {
@@ -186,10 +219,10 @@ func (a *attempt) decide(o claimOutcome) {
 			}
 		}
 		ev.Kind = EventInFlight
-		m.refuse(a.w, a.r, ev, CodeConflict, a.h.retryAfter(res, time.Now()))
+		m.refuse(a.w, a.r, ev, problemConflict, a.h.retryAfter(res, time.Now()))
 	default:
 		ev.Kind, ev.Err = EventStoreError, errors.New("idemkey: middleware: store answered an unknown claim state")
-		m.refuse(a.w, a.r, ev, CodeUnavailable, 1)
+		m.refuse(a.w, a.r, ev, problemUnavailable, 1)
 	}
 }
 
@@ -224,28 +257,23 @@ func (a *attempt) wait() (claimOutcome, bool) {
 // run runs the handler as the key's owner, then keeps or releases.
 func (a *attempt) run() {
 	m := a.h.m
-	ev := a.event(EventFirstAttempt)
-	ev.StoreLatency = time.Since(a.start)
-	m.emit(a.r, ev)
-	if m.ext != nil && a.tx == nil {
-		a.held = true
-		m.beats.hold(m, a)
-		// Once the handler has returned, the claim is kept, released, or
-		// (when keeping failed) left to lapse: never held any longer.
-		defer a.end()
-	}
+	// Once the handler has returned, the claim is kept, released, or
+	// (when keeping failed) left to lapse: never held any longer.
+	defer a.own.done()
 
 	cw, w := newCapture(a.w, m.cfg.maxResponseBody, m.cfg.keepHeader, a)
-	m.setRequestID(a.w, a.r, &cw.request)
 	ctx, cancel := context.WithDeadline(a.r.Context(), a.start.Add(a.h.route.Deadline))
 	defer cancel()
-	ctx = idemkey.NewContext(ctx, a.key)
-	if a.tx != nil {
-		ctx = a.tx.NewContext(ctx)
+	r := a.r
+	if !a.keyless {
+		m.setRequestID(a.w, a.r, &cw.request)
+		ctx = idemkey.NewContext(ctx, a.key)
+		cw.in.Reset(a.body)
+		r = r.WithContext(a.own.NewContext(ctx))
+		r.Body, r.GetBody = &cw.in, nil
+	} else {
+		r = r.WithContext(a.own.NewContext(ctx))
 	}
-	cw.in.Reset(a.body)
-	r := a.r.WithContext(ctx)
-	r.Body, r.GetBody = &cw.in, nil
 
 	returned := false
 	defer func() {
@@ -261,7 +289,9 @@ func (a *attempt) run() {
 	}()
 	a.h.next.ServeHTTP(w, r)
 	returned = true
-	a.h.runs.add(time.Since(a.start))
+	if !a.keyless {
+		a.h.runs.add(time.Since(a.start))
+	}
 
 	if cw.status == 0 && !cw.hijacked {
 		cw.WriteHeader(http.StatusOK)
@@ -269,11 +299,11 @@ func (a *attempt) run() {
 	if !a.ended {
 		if cw.hijacked || !m.cfg.keep(cw.status) {
 			a.release(cw.status)
-		} else if !a.keep(cw.record(false)) && a.tx != nil {
+		} else if !a.keep(cw.record(false)) && a.own.atomic() {
 			// The transaction did not commit: the response must not go
 			// out. Nothing was sent yet.
 			cw.replace()
-			m.refuse(a.w, a.r, a.event(0), CodeUnavailable, 1)
+			m.refuse(a.w, a.r, a.event(0), problemUnavailable, 1)
 		}
 	}
 	cw.finish()
@@ -292,18 +322,17 @@ func (a *attempt) streaming(cw *capture) bool {
 		// and then released.
 		return true
 	}
-	if a.keep(cw.record(true)) || a.tx == nil {
+	if a.keep(cw.record(true)) || !a.own.atomic() {
 		// Without a transaction, a failed keep leaves the claim held (and
 		// extended) until the handler returns, when it is tried again.
 		return true
 	}
 	cw.replace()
-	a.h.m.refuse(a.w, a.r, a.event(0), CodeUnavailable, 1)
+	a.h.m.refuse(a.w, a.r, a.event(0), problemUnavailable, 1)
 	return false
 }
 
-// keep keeps rec as the key's record, and reports whether it was kept: by
-// committing the handler's transaction, or by completing the claim.
+// keep keeps rec as the key's record, and reports whether it was kept.
 func (a *attempt) keep(rec *store.Record) bool {
 	m := a.h.m
 	rec.Fingerprint = a.claim.Fingerprint
@@ -311,29 +340,25 @@ func (a *attempt) keep(rec *store.Record) bool {
 	ctx, cancel := m.detached(a.r)
 	defer cancel()
 	t := time.Now()
-	var err error
-	if a.tx != nil {
-		err = a.tx.Commit(ctx, rec, m.cfg.retention)
-		a.ended = true // committed or not, the transaction is over
-	} else {
-		err = m.store.Complete(ctx, a.skey, a.claim.Token, rec, m.cfg.retention)
+	err := a.own.Commit(ctx, rec, m.cfg.retention)
+	if err == nil || isNotOwner(err) || a.own.atomic() {
+		// Kept, not ours to keep, or (in a transaction) over either way.
+		a.ended = true
 	}
 	ev := a.event(EventKept)
 	ev.Status, ev.StoreLatency = rec.Status, time.Since(t)
 	switch {
 	case err == nil:
-		a.end()
-		if m.cache != nil {
+		if m.cache != nil && !a.keyless {
 			m.cache.put(a.skey, rec, m.cfg.retention)
 		}
 		ev.Size = recordSize(rec)
-	case errors.Is(err, store.ErrNotOwner):
+	case isNotOwner(err):
 		ev.Kind, ev.Err = EventOwnershipLost, err
-		a.end()
 	default:
 		ev.Kind, ev.Err = EventStoreError, err
 	}
-	m.emit(a.r, ev)
+	a.emit(ev)
 	return err == nil
 }
 
@@ -344,32 +369,20 @@ func (a *attempt) release(status int) {
 	ctx, cancel := m.detached(a.r)
 	defer cancel()
 	t := time.Now()
-	var err error
-	if a.tx != nil {
-		err = a.tx.Rollback(ctx)
-	} else {
-		err = m.store.Release(ctx, a.skey, a.claim.Token)
-	}
-	a.end()
+	err := a.own.Rollback(ctx)
+	a.ended = true
 	ev := a.event(EventReleased)
 	ev.Status, ev.StoreLatency = status, time.Since(t)
 	switch {
-	case errors.Is(err, store.ErrNotOwner):
+	case isNotOwner(err):
 		ev.Kind, ev.Err = EventOwnershipLost, err
 	case err != nil:
 		ev.Kind, ev.Err = EventStoreError, err
 	}
-	m.emit(a.r, ev)
+	a.emit(ev)
 }
 
-// end marks the claim as settled (kept or released) and stops holding it.
-func (a *attempt) end() {
-	a.ended = true
-	if a.held {
-		a.held = false
-		a.h.m.beats.drop(a)
-	}
-}
+func isNotOwner(err error) bool { return errors.Is(err, store.ErrNotOwner) }
 
 // runOpen runs the handler without idempotency, for WithFailOpen, on the
 // body already read.
@@ -404,7 +417,8 @@ func (m *Middleware) budget(ctx context.Context) (context.Context, context.Cance
 // to a store failure, in case it landed. The handler never ran, so freeing
 // it is always safe. At most maxAbandoned run at once: during an outage
 // the rest are left to lapse at the end of their life. A failure other
-// than the store still being down is reported.
+// than the store still being down is reported, from the releasing
+// goroutine.
 func (m *Middleware) releaseAbandoned(r *http.Request, skey, token, digest string) {
 	select {
 	case m.abandoned <- struct{}{}:
@@ -418,113 +432,15 @@ func (m *Middleware) releaseAbandoned(r *http.Request, skey, token, digest strin
 		defer cancel()
 		t := time.Now()
 		err := m.store.Release(ctx, skey, token)
-		if err != nil && !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrNotOwner) {
+		if err != nil && !errors.Is(err, store.ErrUnavailable) && !isNotOwner(err) {
 			m.emit(r, Event{Kind: EventStoreError, KeyDigest: digest, StoreLatency: time.Since(t), Err: err})
 		}
 	}()
 }
 
-// beats holds the claims a Middleware keeps alive while their handlers run:
-// each is extended every third of its life, by a scan every beatScan that
-// runs on one timer while any claim is held, and not at all otherwise.
-// Holding a claim costs a map insert, not a timer or a goroutine.
-type beats struct {
-	mu      sync.Mutex
-	due     map[*attempt]time.Time // when each claim's next extension is due
-	scan    *time.Timer            // made on first use; armed while due is not empty
-	running bool
-}
-
-// beatScan is how often due extensions are looked for. A claim lives at
-// least ClaimMargin (5 s), so a third of it plus beatScan still falls well
-// inside its life.
-const beatScan = time.Second
-
-// hold starts keeping a's claim alive.
-func (b *beats) hold(m *Middleware, a *attempt) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.due == nil {
-		b.due = make(map[*attempt]time.Time)
-	}
-	b.due[a] = a.start.Add(a.claim.TTL / 3)
-	switch {
-	case b.running:
-	case b.scan == nil:
-		b.scan = time.AfterFunc(beatScan, func() { b.run(m) })
-		b.running = true
-	default:
-		b.scan.Reset(beatScan)
-		b.running = true
-	}
-}
-
-// drop stops keeping a's claim alive: it was kept, released, or (when
-// keeping failed) is left to lapse. An extension under way is ignored.
-func (b *beats) drop(a *attempt) {
-	b.mu.Lock()
-	delete(b.due, a)
-	if len(b.due) == 0 && b.running {
-		b.running = false
-		b.scan.Stop()
-	}
-	b.mu.Unlock()
-}
-
-// run extends the claims that are due, and arms the next scan.
-func (b *beats) run(m *Middleware) {
-	now := time.Now()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.running {
-		return // stopped as it fired
-	}
-	for a, due := range b.due {
-		if now.Before(due) {
-			continue
-		}
-		// Not due again until this extension has answered.
-		b.due[a] = now.Add(a.claim.TTL)
-		go b.extend(m, a)
-	}
-	b.scan.Reset(beatScan)
-}
-
-// extend lengthens a's claim to its whole life again. Its events are
-// reported from the scanner's goroutines.
-func (b *beats) extend(m *Middleware, a *attempt) {
-	ctx, cancel := m.detached(a.r)
-	t := time.Now()
-	err := m.ext.Extend(ctx, a.skey, a.claim.Token, a.claim.TTL)
-	cancel()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if _, ok := b.due[a]; !ok {
-		// The claim was settled meanwhile: whatever Extend found says
-		// nothing about the key.
-		return
-	}
-	switch {
-	case errors.Is(err, store.ErrNotOwner):
-		delete(b.due, a)
-		ev := a.event(EventOwnershipLost)
-		ev.StoreLatency, ev.Err = time.Since(t), err
-		m.emit(a.r, ev)
-	case err != nil:
-		// Try again soon: the claim has a third of its life left at least.
-		b.due[a] = time.Now()
-		ev := a.event(EventStoreError)
-		ev.StoreLatency, ev.Err = time.Since(t), err
-		m.emit(a.r, ev)
-	default:
-		b.due[a] = time.Now().Add(a.claim.TTL / 3)
-	}
-}
-
 // refuse writes one of the middleware's problems and reports ev (when its
 // Kind is set), with the problem's status.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, ev Event, code string, retryAfter int) {
-	p := problems[code]
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, ev Event, p Problem, retryAfter int) {
 	p.RetryAfter = retryAfter
 	if ev.Kind != 0 {
 		if ev.Status == 0 {

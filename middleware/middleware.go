@@ -108,7 +108,7 @@ type Middleware struct {
 	// abandoned bounds the background releases of claims whose reply was
 	// lost to a store failure.
 	abandoned chan struct{}
-	beats     beats // claims held while their handlers run
+	beats     beats // plain claims held while their handlers run
 }
 
 // maxAbandoned is how many releases of failed claims may run in the

@@ -38,8 +38,20 @@ var problems = map[string]Problem{
 	CodeBodyUnreadable:  newProblem(CodeBodyUnreadable, http.StatusBadRequest, "Request body unreadable", "The request body could not be read in full."),
 	CodeKeyReused:       newProblem(CodeKeyReused, http.StatusUnprocessableEntity, "Idempotency key reused", "This idempotency key was already used with a different request."),
 	CodeConflict:        newProblem(CodeConflict, http.StatusConflict, "Request in progress", "A request with this idempotency key is still being processed; retry after the delay in Retry-After."),
-	CodeUnavailable:     newProblem(CodeUnavailable, http.StatusServiceUnavailable, "Idempotency store unavailable", "The request was not processed because its idempotency key could not be recorded; retry after the delay in Retry-After."),
+	CodeUnavailable:     newProblem(CodeUnavailable, http.StatusServiceUnavailable, "Idempotency store unavailable", "The request was not processed: the service could not reach its idempotency store in time. Retry after the delay in Retry-After."),
 }
+
+// The problems, one value each, for the flow to answer with: a misspelt
+// name does not compile.
+var (
+	problemKeyMissing      = problems[CodeKeyMissing]
+	problemKeyInvalid      = problems[CodeKeyInvalid]
+	problemRequestTooLarge = problems[CodeRequestTooLarge]
+	problemBodyUnreadable  = problems[CodeBodyUnreadable]
+	problemKeyReused       = problems[CodeKeyReused]
+	problemConflict        = problems[CodeConflict]
+	problemUnavailable     = problems[CodeUnavailable]
+)
 
 // ProblemFor returns the problem the middleware answers with code, and
 // whether there is one. OpenAPI output and documentation describe them.

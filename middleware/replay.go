@@ -39,7 +39,7 @@ func (m *Middleware) cached(w http.ResponseWriter, r *http.Request, skey string,
 func (m *Middleware) completed(w http.ResponseWriter, r *http.Request, rec *store.Record, fp [32]byte, ev Event) {
 	if rec.Fingerprint != fp {
 		ev.Kind = EventKeyReused
-		m.refuse(w, r, ev, CodeKeyReused, 0)
+		m.refuse(w, r, ev, problemKeyReused, 0)
 		return
 	}
 	m.replay(w, r, rec, ev)

@@ -61,6 +61,12 @@ func (s *txStore) ClaimTx(ctx context.Context, key string, c store.Claim) (store
 	return res, tx, nil
 }
 
+// Begin opens a transaction with no claim (key ""): Commit applies its
+// writes and keeps nothing.
+func (s *txStore) Begin(ctx context.Context) (store.Tx, error) {
+	return &fakeTx{s: s}, nil
+}
+
 func (tx *fakeTx) NewContext(ctx context.Context) context.Context {
 	return context.WithValue(ctx, txKey{}, tx)
 }
@@ -87,8 +93,14 @@ func (tx *fakeTx) Commit(ctx context.Context, rec *store.Record, retention time.
 	tx.done = true
 	s.commits++
 	if s.commitErr != nil {
-		s.Store.Release(ctx, tx.key, tx.token)
+		if tx.key != "" {
+			s.Store.Release(ctx, tx.key, tx.token)
+		}
 		return s.commitErr
+	}
+	if tx.key == "" {
+		s.committed = append(s.committed, tx.pending...)
+		return nil
 	}
 	if err := s.Store.Complete(ctx, tx.key, tx.token, rec, retention); err != nil {
 		return err
@@ -103,6 +115,9 @@ func (tx *fakeTx) Rollback(ctx context.Context) error {
 	defer s.mu.Unlock()
 	tx.done = true
 	s.rollbacks++
+	if tx.key == "" {
+		return nil
+	}
 	return s.Store.Release(ctx, tx.key, tx.token)
 }
 
@@ -272,5 +287,53 @@ func TestFlushWhoseCommitFailsAnswers503(t *testing.T) {
 	wantProblem(t, w, http.StatusServiceUnavailable, middleware.CodeUnavailable)
 	if strings.Contains(w.Body.String(), "a,b") || writeErr == nil {
 		t.Fatalf("body %q, later write error %v: the stream must not go out", w.Body, writeErr)
+	}
+}
+
+// A covered request without a key, on a route where the key is optional,
+// runs in a transaction of its own on a transactional store: the handler's
+// code is the same with a key and without one. Its writes commit before the
+// response goes out and roll back after a 5xx; nothing is kept.
+func TestKeylessRequestRunsInATransaction(t *testing.T) {
+	s := newTxStore(t)
+	mw, err := middleware.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := false
+	h := mw.Optional()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := write(r.Context(), "payment"); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if fail {
+			http.Error(w, "try again", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	ow := &orderWriter{ResponseRecorder: httptest.NewRecorder(), s: s}
+	h.ServeHTTP(ow, httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{}`)))
+	if ow.Code != http.StatusCreated {
+		t.Fatalf("status %d, want 201 (a keyless request whose handler found no transaction answers 500)", ow.Code)
+	}
+	if !ow.committedFirst {
+		t.Error("the response went out before the transaction committed")
+	}
+	if committed, commits, _ := s.state(); !slices.Equal(committed, []string{"payment"}) || commits != 1 {
+		t.Fatalf("committed %q in %d commits, want the payment in 1", committed, commits)
+	}
+
+	fail = true
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{}`)))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d, want the handler's 503", rec.Code)
+	}
+	if committed, _, rollbacks := s.state(); len(committed) != 1 || rollbacks != 1 {
+		t.Fatalf("after a 5xx: committed %q, %d rollbacks; want the first payment only and 1 rollback", committed, rollbacks)
+	}
+	if n := rec.Header().Get(middleware.HeaderReplayed); n != "" {
+		t.Errorf("a keyless request was answered as a replay")
 	}
 }

@@ -89,6 +89,14 @@ type TxStore interface {
 	// provably gone (its process or connection died), since the owner's
 	// writes died with it; a live owner's claim never before its life ends.
 	ClaimTx(ctx context.Context, key string, c Claim) (Result, Tx, error)
+
+	// Begin opens a transaction with no claim, for a covered request that
+	// carries no key (a route where the key is optional), so that a
+	// handler's code is the same with a key and without one. Its Commit
+	// commits the handler's writes and keeps nothing (rec says only which
+	// status answered); its Rollback rolls them back. Failures wrap
+	// ErrUnavailable.
+	Begin(ctx context.Context) (Tx, error)
 }
 
 // Tx is the transaction a claimed request's handler runs in. Exactly one of

@@ -31,9 +31,9 @@
 //
 // With PostgreSQL, show prints the row's size in the table instead of
 // memory, says when a row has expired but is not swept yet (the store
-// treats its key as free), and, for a claim made in a request's
-// transaction, whether its owner is alive (its session holds the claim's
-// advisory lock) or gone (the next request takes the key over). delete
+// treats its key as free), and a key held by a request's transaction,
+// whose claim is not committed: only that it is held, and since when,
+// can be seen (end the transaction to free it; delete cannot). delete
 // deletes the row only while it is the row shown (same owner, state and
 // expiry).
 //

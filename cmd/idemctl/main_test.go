@@ -336,6 +336,10 @@ func TestStats(t *testing.T) {
 }
 
 func TestUsage(t *testing.T) {
+	// Usage errors are found before any store is reached: not even one
+	// named by the environment.
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("REDIS_URL", "")
 	for name, args := range map[string][]string{
 		"no command":       {},
 		"unknown command":  {"list"},

@@ -195,9 +195,9 @@ func (e *env) printEntry(ent *entry) {
 	}
 	if ent.Transactional && ent.State == "in_flight" {
 		if ent.OwnerGone {
-			row("owner", "gone (its database session ended: the next request takes the key over)")
+			row("owner", "gone (claimed by an earlier version, whose database session ended: the key is free when the claim's life ends)")
 		} else {
-			row("owner", "alive (its session holds the claim's advisory lock)")
+			row("owner", "alive (its transaction holds the key's lock)")
 		}
 	}
 	if ent.State == "completed" {

@@ -1,10 +1,11 @@
 package postgres
 
-// WithLockIDs replaces how a transactional claim draws its advisory lock
-// id, for tests that force a collision.
-func WithLockIDs(f func() int64) Option {
-	return func(c *config) error {
-		c.lockID = f
-		return nil
-	}
-}
+import "time"
+
+// Locks returns the advisory lock ids a claim of key with fingerprint fp
+// holds in its transaction, for tests that look for them in pg_locks.
+func (s *Store) Locks(key string, fp [32]byte) (int64, int64) { return s.locks(key, fp) }
+
+// ShiftLife moves the life a request's transaction fences its keep with by
+// d, for tests of the fence on the server's clock.
+func (s *Store) ShiftLife(tx any, d time.Duration) { tx.(*requestTx).life += d }

@@ -46,6 +46,16 @@ func faultStore(t *testing.T, url string, maxConns int32) (*postgres.Store, *pgx
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	t.Cleanup(func() {
+		// When every request has ended, nothing of any claim is held on
+		// the server: no session lock, no open transaction of the store.
+		if idle(pool).AcquiredConns() != 0 {
+			t.Errorf("%d connections still acquired after the test", pool.Stat().AcquiredConns())
+		}
+		if n, err := sessionLocksOn(pool); err == nil && n != 0 {
+			t.Errorf("%d session advisory locks held after the test", n)
+		}
+	})
 	pay := newPayments(t, pool, table)
 	// Every connection of the pool at once, so that each is dialled and
 	// has prepared the statements, with a budget wide enough for a busy

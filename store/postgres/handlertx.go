@@ -22,19 +22,19 @@ var ErrTxManaged = errors.New("idemkey: postgres: the request's transaction is c
 type txKey struct{}
 
 // Tx returns the transaction of the request whose context is ctx: the one
-// a TxStore's claim opened for the handler, in which the middleware keeps
-// the response. The handler makes its writes through it, so that they and
-// the kept response commit together or not at all. It returns nil when the
-// request runs outside such a transaction (a route whose key is optional,
-// called without one; a store that is not transactional).
+// the middleware opened for the handler on a Store, in which it keeps the
+// response. The handler makes its writes through it, so that they and the
+// kept response commit together or not at all. Every covered request runs
+// in one, with a key or, on a route where the key is optional, without
+// (then nothing is kept, and the writes commit before the response goes
+// out). It returns nil only outside the middleware's flow: a method it
+// does not cover (GET, by default), or a store that is not this package's.
 //
-// The transaction is a pgx.Tx with three differences. It begins lazily:
-// BEGIN goes out in one round trip with the handler's first statement,
-// and a handler that writes nothing never begins it. Its Commit and
+// The transaction is a pgx.Tx with two differences. Its Commit and
 // Rollback do nothing and return ErrTxManaged: answer a 5xx (or panic) to
 // roll back. And it ends when the handler returns: later use returns
-// pgx.ErrTxClosed. Never run COMMIT or ROLLBACK through it as SQL.
-// Begin starts a savepoint, as pgx's does, whose Commit and Rollback work.
+// pgx.ErrTxClosed. Never run COMMIT or ROLLBACK through it as SQL. Begin
+// starts a savepoint, as pgx's does, whose Commit and Rollback work.
 func Tx(ctx context.Context) pgx.Tx {
 	h, _ := ctx.Value(txKey{}).(*handlerTx)
 	if h == nil {
@@ -43,27 +43,20 @@ func Tx(ctx context.Context) pgx.Tx {
 	return h
 }
 
-// handlerTx is the pgx.Tx the handler sees.
+// handlerTx is the pgx.Tx the handler sees: the request's transaction,
+// begun with its claim, on the connection it runs on. pgx may add methods
+// to pgx.Tx in a minor release; this type then needs them too, and the
+// compile-time check below says so.
 type handlerTx struct {
 	conn   *pgx.Conn
-	begin  string
 	closed atomic.Bool
-	opts   pgx.TxOptions // as begin says, for LargeObjects
-	// broken is set when a begin the handler needed failed, or when a
-	// statement failed before the transaction began (the server refused
-	// it before BEGIN, sent with it, ran): Commit must not keep anything.
-	broken atomic.Bool
-	// began is set once BEGIN has run on the server. A connection that is
-	// then found outside a transaction had it ended by something other
-	// than the middleware (a COMMIT sent through Conn): its writes may be
-	// committed, and the key must not be freed for a retry.
-	began atomic.Bool
+	opts   pgx.TxOptions // for LargeObjects
 	// connTaken is set when the handler took the connection with Conn:
 	// it is closed, not pooled, when the request ends.
 	connTaken atomic.Bool
 	// savepoints numbers the savepoints Begin makes.
 	savepoints int
-	// lo is a transaction begun by pgx itself, for LargeObjects.
+	// lo is pgx's view of the transaction, for LargeObjects.
 	lo pgx.Tx
 }
 
@@ -71,52 +64,6 @@ var _ pgx.Tx = (*handlerTx)(nil)
 
 // close ends the handler's use of the transaction.
 func (h *handlerTx) close() { h.closed.Store(true) }
-
-// begun reports whether the transaction is open on the server (the
-// connection is in a transaction block, failed or not).
-func (h *handlerTx) begun() bool { return h.conn.PgConn().TxStatus() != 'I' }
-
-// settle records what a statement sent with BEGIN in front of it left:
-// the transaction begun, or, when it failed and nothing began, a broken
-// transaction.
-func (h *handlerTx) settle(err error) {
-	if h.begun() {
-		h.began.Store(true)
-	} else if err != nil {
-		h.broken.Store(true)
-	}
-}
-
-// ensure begins the transaction when it has not begun, in a round trip of
-// its own.
-func (h *handlerTx) ensure(ctx context.Context) error {
-	if h.closed.Load() {
-		return pgx.ErrTxClosed
-	}
-	if h.begun() {
-		return nil
-	}
-	if _, err := h.conn.Exec(ctx, h.begin); err != nil {
-		h.broken.Store(true)
-		return err
-	}
-	h.began.Store(true)
-	return nil
-}
-
-// lazyOK reports whether a statement with these arguments can go out in a
-// batch after BEGIN: a batch cannot take per-query execution modes or
-// result formats.
-func lazyOK(args []any) bool {
-	if len(args) == 0 {
-		return true
-	}
-	switch args[0].(type) {
-	case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
-		return false
-	}
-	return true
-}
 
 // Begin starts a savepoint: a pseudo nested transaction whose Commit
 // releases it and whose Rollback rolls back to it.
@@ -126,13 +73,7 @@ func (h *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	}
 	h.savepoints++
 	name := "idemkey_sp_" + strconv.Itoa(h.savepoints)
-	sql := "SAVEPOINT " + name
-	if !h.begun() {
-		sql = h.begin + ";\nSAVEPOINT " + name
-	}
-	_, err := h.conn.Exec(ctx, sql)
-	h.settle(err)
-	if err != nil {
+	if _, err := h.conn.Exec(ctx, "SAVEPOINT "+name); err != nil {
 		return nil, err
 	}
 	return &savepointTx{h: h, name: name}, nil
@@ -157,60 +98,30 @@ func (h *handlerTx) Rollback(context.Context) error {
 }
 
 func (h *handlerTx) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
-	if err := h.ensure(ctx); err != nil {
-		return 0, err
+	if h.closed.Load() {
+		return 0, pgx.ErrTxClosed
 	}
 	return h.conn.CopyFrom(ctx, tableName, columnNames, rowSrc)
 }
 
-// SendBatch sends b, with BEGIN in front of it when the transaction has
-// not begun: still one round trip.
 func (h *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if h.closed.Load() {
 		return errBatch{pgx.ErrTxClosed}
 	}
-	if h.begun() || len(b.QueuedQueries) == 0 {
-		return h.conn.SendBatch(ctx, b)
-	}
-	br, err := h.sendAfterBegin(ctx, b.QueuedQueries)
-	if err != nil {
-		return errBatch{err}
-	}
-	return br
-}
-
-// sendAfterBegin sends queries with BEGIN in front of them, in one round
-// trip, and reads BEGIN's result. When that fails, the batch is closed and
-// the transaction settled (broken, when nothing began).
-func (h *handlerTx) sendAfterBegin(ctx context.Context, queries []*pgx.QueuedQuery) (pgx.BatchResults, error) {
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 1+len(queries))}
-	b.QueuedQueries = append(b.QueuedQueries, &pgx.QueuedQuery{SQL: h.begin})
-	b.QueuedQueries = append(b.QueuedQueries, queries...)
-	br := h.conn.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		h.settle(err)
-		return nil, err
-	}
-	h.began.Store(true)
-	return br, nil
+	return h.conn.SendBatch(ctx, b)
 }
 
 // LargeObjects returns the large objects of the transaction. pgx makes
-// them only on a transaction it began itself: LargeObjects begins one with
-// pgx (with the store's TxOptions) when the handler's has not begun, and
-// otherwise sends pgx's BEGIN inside the open transaction, which
-// PostgreSQL answers with a warning and ignores. Call it before any other statement to spare that round trip.
+// them only on a transaction it began itself: the first call sends pgx's
+// BEGIN inside the open transaction, which PostgreSQL answers with a
+// warning and ignores, and the large objects then run in the request's
+// transaction.
 func (h *handlerTx) LargeObjects() pgx.LargeObjects {
 	if h.lo == nil && !h.closed.Load() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		tx, err := h.conn.BeginTx(ctx, h.opts)
-		if err != nil {
-			h.broken.Store(true)
-		} else {
+		if tx, err := h.conn.BeginTx(ctx, h.opts); err == nil {
 			h.lo = tx
-			h.began.Store(true)
 		}
 	}
 	if h.lo == nil {
@@ -226,118 +137,40 @@ func (h *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stat
 	return h.conn.Prepare(ctx, name, sql)
 }
 
-// Exec runs sql in the transaction; when it has not begun, BEGIN goes out
-// in the same round trip.
 func (h *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if h.closed.Load() {
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
 	}
-	if h.begun() || !lazyOK(args) {
-		if err := h.ensure(ctx); err != nil {
-			return pgconn.CommandTag{}, err
-		}
-		return h.conn.Exec(ctx, sql, args...)
-	}
-	if len(args) == 0 {
-		// pgx runs an Exec without arguments as a simple query, which may
-		// hold several statements: BEGIN joins them, and the tag is the
-		// last one's.
-		tag, err := h.conn.Exec(ctx, h.begin+";\n"+sql)
-		h.settle(err)
-		return tag, err
-	}
-	br, err := h.sendAfterBegin(ctx, []*pgx.QueuedQuery{{SQL: sql, Arguments: args}})
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	tag, err := br.Exec()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	h.settle(err)
-	return tag, err
+	return h.conn.Exec(ctx, sql, args...)
 }
 
-// Query runs sql in the transaction; when it has not begun, BEGIN goes
-// out in the same round trip.
 func (h *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if h.closed.Load() {
 		return errRows{pgx.ErrTxClosed}, pgx.ErrTxClosed
 	}
-	if h.begun() || !lazyOK(args) {
-		if err := h.ensure(ctx); err != nil {
-			return errRows{err}, err
-		}
-		return h.conn.Query(ctx, sql, args...)
-	}
-	br, err := h.sendAfterBegin(ctx, []*pgx.QueuedQuery{{SQL: sql, Arguments: args}})
-	if err != nil {
-		return errRows{err}, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		rows.Close()
-		br.Close()
-		return errRows{err}, err
-	}
-	return &batchRows{Rows: rows, br: br}, nil
+	return h.conn.Query(ctx, sql, args...)
 }
 
-// QueryRow runs sql in the transaction as Query does, for one row.
 func (h *handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	rows, err := h.Query(ctx, sql, args...)
-	return &oneRow{rows: rows, err: err}
+	if h.closed.Load() {
+		return &oneRow{err: pgx.ErrTxClosed}
+	}
+	return h.conn.QueryRow(ctx, sql, args...)
 }
 
-// Conn returns the connection the transaction runs on, after beginning the
-// transaction (bounded by 5 seconds), so that what the handler runs on it
-// directly is part of the transaction too. The connection is closed when
-// the request ends, so that nothing the handler runs on it later can
-// commit on its own or land in another request's transaction. Never begin
-// or commit a transaction on it (pgx.BeginFunc(ctx, conn, ...), or
-// conn.Begin): PostgreSQL ignores a BEGIN inside a transaction, and the
-// COMMIT that follows commits the request's transaction early. When that
-// happens anyway the middleware keeps the key held (see the package
-// documentation). Pass the pgx.Tx itself instead: its Begin is a
+// Conn returns the connection the transaction runs on: what the handler
+// runs on it directly is part of the transaction too. The connection is
+// closed when the request ends, so that nothing the handler runs on it
+// later can commit on its own or land in another request's transaction.
+// Never begin or commit a transaction on it (pgx.BeginFunc(ctx, conn,
+// ...), or conn.Begin): PostgreSQL ignores a BEGIN inside a transaction,
+// and the COMMIT that follows commits the request's transaction early.
+// When that happens anyway the middleware keeps the key held (see the
+// package documentation). Pass the pgx.Tx itself instead: its Begin is a
 // savepoint.
 func (h *handlerTx) Conn() *pgx.Conn {
 	h.connTaken.Store(true)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	h.ensure(ctx)
 	return h.conn
-}
-
-// batchRows are the rows of a query sent after BEGIN in one batch: closing
-// them closes the batch, which frees the connection.
-type batchRows struct {
-	pgx.Rows
-	br       pgx.BatchResults
-	closed   bool
-	closeErr error
-}
-
-func (r *batchRows) Next() bool {
-	if r.Rows.Next() {
-		return true
-	}
-	r.Close()
-	return false
-}
-
-func (r *batchRows) Close() {
-	r.Rows.Close()
-	if !r.closed {
-		r.closed = true
-		r.closeErr = r.br.Close()
-	}
-}
-
-func (r *batchRows) Err() error {
-	if err := r.Rows.Err(); err != nil {
-		return err
-	}
-	return r.closeErr
 }
 
 // oneRow is the pgx.Row of QueryRow.

@@ -88,3 +88,64 @@ func newKey() string { return store.KeyName("pgtest", rand.Text()) }
 func newClaim(fp byte) store.Claim {
 	return store.Claim{Token: rand.Text(), Fingerprint: [32]byte{fp}, TTL: time.Minute}
 }
+
+// assertNoLocks fails t when the server still holds an advisory lock of a
+// claim of key with fingerprint fp, in any session: when a request has
+// ended, nothing of its claim may stay held on the server.
+func assertNoLocks(t testing.TB, pool *pgxpool.Pool, st *postgres.Store, key string, fp [32]byte) {
+	t.Helper()
+	l1, l2 := st.Locks(key, fp)
+	n := advisoryLocks(t, pool, l1, l2)
+	if n != 0 {
+		t.Errorf("%d advisory locks of the claim are still held on the server", n)
+	}
+}
+
+// advisoryLocks counts the advisory locks on ids held in any session of
+// the pool's database.
+func advisoryLocks(t testing.TB, pool *pgxpool.Pool, ids ...int64) int {
+	t.Helper()
+	var n int
+	err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
+WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND ((classid::bigint << 32) | objid::bigint) = ANY ($1)`, ids).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// sessionLocks counts the advisory locks held on the pool's database by
+// sessions that have no transaction open: session locks, which follow a
+// pooled server connection to its next client. After a request, none may
+// be held.
+func sessionLocks(t testing.TB, pool *pgxpool.Pool) int {
+	t.Helper()
+	n, err := sessionLocksOn(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func sessionLocksOn(pool *pgxpool.Pool) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var n int
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND a.xact_start IS NULL
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n)
+	return n, err
+}
+
+// idle waits (up to 5 s) for every connection of pool to be back in it:
+// the store hands back the connection of a transaction that claimed
+// nothing in the background, after its ROLLBACK. It returns the pool's
+// statistics then.
+func idle(pool *pgxpool.Pool) *pgxpool.Stat {
+	for deadline := time.Now().Add(5 * time.Second); pool.Stat().AcquiredConns() != 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	return pool.Stat()
+}

@@ -29,10 +29,14 @@ type Row struct {
 	TTL       time.Duration
 	// Record is the kept response when State is store.Completed.
 	Record *store.Record
-	// Transactional reports a claim made by ClaimTx, whose owner holds an
-	// advisory lock; OwnerGone reports, for such a claim in flight, that
-	// the lock is free: the owner's session is gone, and the next
-	// transactional claim takes the key over.
+	// Transactional reports a claim in flight held by a request's
+	// transaction (ClaimTx). Such a claim is not committed: only that it
+	// is held, and since when, can be seen (Fingerprint and TTL are zero),
+	// and Delete cannot free it (end the transaction instead: its
+	// backend's pg_terminate_backend). OwnerGone reports, for a claim
+	// committed by an earlier version of this package with a session
+	// lock, that the lock is free: its owner is gone, and the key is
+	// taken over when the claim's life ends.
 	Transactional, OwnerGone bool
 	// Size is the row's size in the table, in bytes (pg_column_size: after
 	// compression, without the index entries).
@@ -70,6 +74,13 @@ func (s *Store) Inspect(ctx context.Context, key string) (Row, bool, error) {
 	)
 	err := s.pool.QueryRow(ctx, s.sql.inspect, key).Scan(&rw.token, &fp, &rw.CreatedAt, &rw.ExpiresAt, &remaining,
 		&lockID, &status, &header, &body, &omitted, &completedAt, &rw.Size, &gone)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && remaining <= 0) {
+		// No live row: the key may still be held by a request's
+		// transaction, whose claim is not committed.
+		if held, ok, herr := s.heldByTx(ctx, key); herr != nil || ok {
+			return held, ok, herr
+		}
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Row{}, false, nil
 	}
@@ -97,6 +108,35 @@ func (s *Store) Inspect(ctx context.Context, key string) (Row, bool, error) {
 	return rw, true, nil
 }
 
+// heldBySQL finds the transaction that holds a key's lock ($1), and when
+// it began.
+const heldBySQL = `SELECT a.xact_start FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.mode = 'ExclusiveLock'
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid = (($1::bigint >> 32) & 4294967295)::oid AND l.objid = ($1::bigint & 4294967295)::oid
+LIMIT 1`
+
+// heldByTx reports a key held by a request's transaction: in flight, with
+// a claim that is not committed (so neither its fingerprint nor its life
+// can be read; CreatedAt is when the transaction began, when the server
+// shows it).
+func (s *Store) heldByTx(ctx context.Context, key string) (Row, bool, error) {
+	l1, _ := s.locks(key, [32]byte{})
+	var began *time.Time
+	err := s.pool.QueryRow(ctx, heldBySQL, l1).Scan(&began)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Row{}, false, nil
+	}
+	if err != nil {
+		return Row{}, false, fmt.Errorf("idemkey: postgres: inspect: %w", err)
+	}
+	rw := Row{State: store.InFlight, Transactional: true}
+	if began != nil {
+		rw.CreatedAt = *began
+	}
+	return rw, true, nil
+}
+
 // Delete deletes key's row only while it is still the row seen was read
 // from (by Inspect: the same owner, state and expiry), so that an operator
 // deletes what they were shown. It reports whether it deleted it.
@@ -120,7 +160,10 @@ type TableStats struct {
 	// Expired rows of either kind whose life is over and that the sweeper
 	// has not deleted yet (counted in neither Records nor InFlight).
 	Rows, Records, InFlight, Expired int64
-	// Transactional counts the claims in flight made by ClaimTx.
+	// Transactional counts the claims in flight committed by an earlier
+	// version of this package for a transactional request. A claim held
+	// by a request's transaction now is no row until it commits, and is
+	// not counted anywhere.
 	Transactional int64
 	// TableBytes is the table's size on disk (pg_table_size: the heap,
 	// its TOAST and free space), IndexBytes its indexes', TotalBytes both.

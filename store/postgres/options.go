@@ -40,9 +40,8 @@ type config struct {
 	txOptions     pgx.TxOptions
 	sweepInterval time.Duration
 	sweepBatch    int
-	// lockID makes the advisory lock id of a transactional claim; tests
-	// replace it to force a collision.
-	lockID func() int64
+	// clientErrorWrites: a kept 4xx commits the handler's writes.
+	clientErrorWrites bool
 }
 
 func defaultConfig() config {
@@ -53,7 +52,6 @@ func defaultConfig() config {
 		txOptions:     pgx.TxOptions{IsoLevel: pgx.ReadCommitted},
 		sweepInterval: DefaultSweepInterval,
 		sweepBatch:    DefaultSweepBatch,
-		lockID:        randomLockID,
 	}
 }
 
@@ -198,6 +196,22 @@ func WithSweepBatch(n int) Option {
 			return fmt.Errorf("sweep batch %d, want >= 1", n)
 		}
 		c.sweepBatch = n
+		return nil
+	}
+}
+
+// WithClientErrorWrites sets what becomes of a handler's writes when it
+// answers a 4xx that is kept (400, 404, 422 and the like; not the
+// transient 408, 409, 425 and 429, which roll back like a 5xx). Clients
+// read a 4xx as "nothing happened", so by default (false) the writes are
+// undone: the request's transaction rolls back to a savepoint taken before
+// the handler ran, then keeps the answer and commits. true commits them
+// with the answer, for handlers that record something on purpose when
+// they refuse (an audit row, a counter of failed attempts). 2xx and 3xx
+// answers always commit their writes.
+func WithClientErrorWrites(commit bool) Option {
+	return func(c *config) error {
+		c.clientErrorWrites = commit
 		return nil
 	}
 }

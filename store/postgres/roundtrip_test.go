@@ -57,10 +57,12 @@ func TestRoundTrips(t *testing.T) {
 	var rows [][2]string
 	// measure counts f's round trips, the second time it runs; setup
 	// and the cleanup f returns (which hands the connection back) are not
-	// counted.
-	measure := func(name string, want int64, setup func() any, f func(any) func()) {
+	// counted. What the store sends in the background once f has
+	// returned (the ROLLBACK of a transaction that claimed nothing) is
+	// counted apart, as after.
+	measure := func(name string, want, wantAfter int64, setup func() any, f func(any) func()) {
 		t.Helper()
-		var got int64
+		var got, after int64
 		for range 2 {
 			v := setup()
 			before := proxy.Turns()
@@ -68,11 +70,24 @@ func TestRoundTrips(t *testing.T) {
 			got = proxy.Turns() - before
 			if done != nil {
 				done()
+				continue
 			}
+			for deadline := time.Now().Add(5 * time.Second); pool.Stat().AcquiredConns() != 0 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			after = proxy.Turns() - before - got
 		}
-		rows = append(rows, [2]string{name, fmt.Sprint(got)})
-		if got != want {
-			t.Errorf("%s: %d round trips, want %d", name, got, want)
+		cell := fmt.Sprint(want)
+		if wantAfter != 0 {
+			// Whether the ROLLBACK went out before f returned is a race
+			// the count cannot settle: the two together are what is
+			// known.
+			cell += fmt.Sprintf(" (+%d not waited for)", wantAfter)
+			got, after = min(got, want), got+after-min(got, want)
+		}
+		rows = append(rows, [2]string{name, cell})
+		if got != want || after != wantAfter {
+			t.Errorf("%s: %d round trips and %d after, want %d and %d", name, got, after, want, wantAfter)
 		}
 	}
 	none := func() any { return nil }
@@ -103,22 +118,22 @@ func TestRoundTrips(t *testing.T) {
 		}
 	}
 
-	measure("Claim: first run", 1, none, func(any) func() {
+	measure("Claim: first run", 1, 0, none, func(any) func() {
 		res, err := st.Claim(ctx, newKey(), newClaim(1))
 		state(res, err, store.Claimed)
 		return nil
 	})
-	measure("Claim: replay", 1, completed, func(k any) func() {
+	measure("Claim: replay", 1, 0, completed, func(k any) func() {
 		res, err := st.Claim(ctx, k.(string), newClaim(1))
 		state(res, err, store.Completed)
 		return nil
 	})
-	measure("Claim: in flight", 1, claimed(1), func(v any) func() {
+	measure("Claim: in flight", 1, 0, claimed(1), func(v any) func() {
 		res, err := st.Claim(ctx, v.([2]string)[0], newClaim(1))
 		state(res, err, store.InFlight)
 		return nil
 	})
-	measure("Claim: lapsed row taken over", 2, func() any {
+	measure("Claim: lapsed row taken over", 1, 0, func() any {
 		k, c := newKey(), newClaim(1)
 		c.TTL = time.Millisecond
 		st.Claim(ctx, k, c)
@@ -129,15 +144,15 @@ func TestRoundTrips(t *testing.T) {
 		state(res, err, store.Claimed)
 		return nil
 	})
-	measure("Complete", 1, claimed(1), func(v any) func() {
+	measure("Complete", 1, 0, claimed(1), func(v any) func() {
 		must(st.Complete(ctx, v.([2]string)[0], v.([2]string)[1], record("kept", 1), time.Minute))
 		return nil
 	})
-	measure("Release", 1, claimed(1), func(v any) func() {
+	measure("Release", 1, 0, claimed(1), func(v any) func() {
 		must(st.Release(ctx, v.([2]string)[0], v.([2]string)[1]))
 		return nil
 	})
-	measure("Extend", 1, claimed(1), func(v any) func() {
+	measure("Extend", 1, 0, claimed(1), func(v any) func() {
 		must(st.Extend(ctx, v.([2]string)[0], v.([2]string)[1], time.Hour))
 		return nil
 	})
@@ -159,39 +174,39 @@ func TestRoundTrips(t *testing.T) {
 		must(pay.insert(v.ctx, v.key, "x"))
 		return v
 	}
-	measure("ClaimTx: first run", 1, func() any {
+	measure("ClaimTx: first run", 1, 0, func() any {
 		return newKey()
 	}, func(k any) func() {
 		res, tx, err := st.ClaimTx(ctx, k.(string), newClaim(1))
 		state(res, err, store.Claimed)
 		return func() { tx.Rollback(ctx) }
 	})
-	measure("Tx: first statement (BEGIN rides along)", 1, claimedTx, func(v any) func() {
+	measure("Tx: first statement", 1, 0, claimedTx, func(v any) func() {
 		must(pay.insert(v.(txv).ctx, v.(txv).key, "x"))
 		return func() { v.(txv).tx.Rollback(ctx) }
 	})
-	measure("Tx: second statement", 1, wrote, func(v any) func() {
+	measure("Tx: second statement", 1, 0, wrote, func(v any) func() {
 		must(pay.insert(v.(txv).ctx, v.(txv).key, "y"))
 		return func() { v.(txv).tx.Rollback(ctx) }
 	})
-	measure("Tx: Commit after writes", 1, wrote, func(v any) func() {
+	measure("Tx: Commit after writes", 1, 0, wrote, func(v any) func() {
 		must(v.(txv).tx.Commit(ctx, record("kept", 1), time.Minute))
 		return nil
 	})
-	measure("Tx: Commit without writes", 1, claimedTx, func(v any) func() {
+	measure("Tx: Commit without writes", 1, 0, claimedTx, func(v any) func() {
 		must(v.(txv).tx.Commit(ctx, record("kept", 1), time.Minute))
 		return nil
 	})
-	measure("Tx: Rollback after writes", 1, wrote, func(v any) func() {
+	measure("Tx: Rollback after writes", 1, 0, wrote, func(v any) func() {
 		must(v.(txv).tx.Rollback(ctx))
 		return nil
 	})
-	measure("ClaimTx: replay", 1, completed, func(k any) func() {
+	measure("ClaimTx: replay", 1, 1, completed, func(k any) func() {
 		res, _, err := st.ClaimTx(ctx, k.(string), newClaim(1))
 		state(res, err, store.Completed)
 		return nil
 	})
-	measure("ClaimTx: in flight, owner alive", 1, func() any {
+	measure("ClaimTx: in flight, owner alive", 1, 1, func() any {
 		k := newKey()
 		res, tx, err := side.ClaimTx(ctx, k, newClaim(1))
 		state(res, err, store.Claimed)
@@ -202,7 +217,7 @@ func TestRoundTrips(t *testing.T) {
 		state(res, err, store.InFlight)
 		return nil
 	})
-	measure("ClaimTx: owner gone, taken over", 2, func() any {
+	measure("ClaimTx: owner gone, taken over", 1, 0, func() any {
 		k := newKey()
 		res, tx, err := side.ClaimTx(ctx, k, newClaim(1))
 		state(res, err, store.Claimed)
@@ -217,7 +232,7 @@ func TestRoundTrips(t *testing.T) {
 		state(res, err, store.Claimed)
 		return func() { tx.Rollback(ctx) }
 	})
-	measure("Sweep: one batch", 1, none, func(any) func() {
+	measure("Sweep: one batch", 1, 0, none, func(any) func() {
 		if _, err := st.Sweep(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -13,87 +13,78 @@ import (
 // past is gone as far as every statement is concerned, whether or not the
 // sweeper has deleted it yet.
 //
-// Claim answers in one statement: an INSERT that does nothing when the key
-// is taken, and a SELECT of the row that took it. Both run on the
-// statement's snapshot, so when another transaction inserts the key and
-// commits after the snapshot was taken (two claims racing), the INSERT
-// waits for it and does nothing, and the SELECT cannot see its row: the
-// statement returns no row, and the store runs it again.
+// The claim is one statement, for both modes. It looks at the key's row
+// on the statement's snapshot first: a live record is replayed and a live
+// claim committed by a plain Claim is in flight, with no lock taken. When
+// there is none, it tries two transaction-scoped advisory locks, in this
+// order: the key's with the request's fingerprint ($6), then the key's
+// ($5). Whoever holds the key's lock owns the key, and holds the first
+// one too, for the rest of its transaction. So a request that finds the
+// first lock taken is a repeat of a request that holds the key, or is
+// about to (409), and one that gets the first but not the second finds
+// the key held for another request (422): no row needs to be read, which
+// matters because the owner's claim is not committed.
+//
+// In a request's transaction (ClaimTx) the locks and the uncommitted row
+// are all the claim holds: they end with the transaction, on whatever
+// server connection it ran, so nothing is left in a session, and an owner
+// whose connection dies is replaced at once. A plain Claim is a statement
+// of its own: its locks end with it and the committed row holds the key.
+//
+// The row the INSERT finds taken is the latest committed one, which the
+// snapshot may not show (a claim racing a commit): then the statement
+// returns no row and the store asks again (under REPEATABLE READ and
+// SERIALIZABLE the INSERT fails with a serialization error instead, and
+// the store begins again).
 const (
-	// claimSQL: $1 key, $2 token, $3 fingerprint, $4 life (µs).
-	// Columns: inserted, token, fingerprint, created_at, remaining (µs),
-	// lock_id, status, header, body, body_omitted, completed_at, and a
-	// boolean that is NULL here (see claimTxSQL).
-	claimSQL = `WITH ins AS (
+	// claimSQL: $1 key, $2 token, $3 fingerprint, $4 the row's life (µs),
+	// $5 the key's lock, $6 the lock of the key with the fingerprint, $7
+	// the claim's life in milliseconds, as text (statement_timeout and
+	// idle_in_transaction_session_timeout for the rest of the
+	// transaction). Columns: kind (1 claimed, 2 a row holds the key, 3 a
+	// transaction holds it), token, fingerprint, created_at (for kind 3,
+	// when the holder's transaction began, when it can be seen), remaining
+	// (µs), status, header, body, body_omitted, completed_at, and for kind
+	// 3 whether the holder's request has this fingerprint.
+	claimSQL = `WITH cur AS MATERIALIZED (
+    SELECT r.token, r.fingerprint, r.created_at, r.expires_at, r.status, r.header, r.body,
+           r.body_omitted, r.completed_at
+    FROM T r WHERE r.key = $1 AND r.expires_at > statement_timestamp()
+), free AS MATERIALIZED (
+    SELECT CASE WHEN EXISTS (SELECT FROM cur) THEN 0
+                WHEN NOT pg_try_advisory_xact_lock($6) THEN 1
+                WHEN NOT pg_try_advisory_xact_lock($5) THEN 2
+                ELSE 3 END AS got
+), ins AS (
     INSERT INTO T AS r (key, token, fingerprint, created_at, expires_at)
-    VALUES ($1, $2, $3, statement_timestamp(), statement_timestamp() + $4 * interval '1 microsecond')
-    ON CONFLICT (key) DO NOTHING
-    RETURNING NULL::boolean AS locked
+    SELECT $1, $2, $3, statement_timestamp(), statement_timestamp() + $4 * interval '1 microsecond'
+    FROM free WHERE free.got = 3
+    ON CONFLICT (key) DO UPDATE
+    SET token = excluded.token, fingerprint = excluded.fingerprint, created_at = excluded.created_at,
+        expires_at = excluded.expires_at, lock_id = NULL, status = NULL, header = NULL, body = NULL,
+        body_omitted = NULL, completed_at = NULL
+    WHERE r.expires_at <= statement_timestamp()
+    RETURNING set_config('statement_timeout', $7, true) AS a,
+              set_config('idle_in_transaction_session_timeout', $7, true) AS b
 )
-SELECT true, NULL::text, NULL::bytea, NULL::timestamptz, NULL::bigint, NULL::bigint,
-       NULL::smallint, NULL::bytea, NULL::bytea, NULL::boolean, NULL::timestamptz, locked
+SELECT 1::smallint, NULL::text, NULL::bytea, NULL::timestamptz, NULL::bigint,
+       NULL::smallint, NULL::bytea, NULL::bytea, NULL::boolean, NULL::timestamptz, NULL::boolean
 FROM ins
 UNION ALL
-SELECT false, r.token, r.fingerprint, r.created_at,
-       (extract(epoch FROM r.expires_at - statement_timestamp()) * 1000000)::bigint, r.lock_id,
-       r.status, r.header, r.body, r.body_omitted, r.completed_at, NULL::boolean
-FROM T r WHERE r.key = $1`
-
-	// claimTxSQL is claimSQL for a transactional request, on the
-	// connection its transaction will run on. $5 is a fresh lock id.
-	//
-	// An inserted row records $5 and the statement takes the session
-	// advisory lock on it in RETURNING: before the statement commits, so
-	// no one ever sees the row while its lock is free and its owner alive.
-	// The last column is then whether the lock was taken (false only when
-	// someone else holds that id already).
-	//
-	// The claim then commits without waiting for its WAL to reach the disk
-	// (synchronous_commit off, for this statement's transaction alone): a
-	// transactional claim need not survive a crash of the server, because
-	// its owner's transaction cannot. The owner's COMMIT (of its writes and
-	// the record), which waits as the server is set to, flushes the WAL up
-	// to it, the claim's included; a crash before that takes the claim and
-	// the owner's session, with its uncommitted writes, together, and the
-	// retry claims the key afresh. This saves each first run a disk flush.
-	//
-	// A row in flight with a lock id is probed: the lock is tried without
-	// waiting and, when it is free, released at once. The last column is
-	// then true when the owner's session is gone (it held the lock until it
-	// committed or rolled back), and its transaction with it.
-	claimTxSQL = `WITH ins AS (
-    INSERT INTO T AS r (key, token, fingerprint, created_at, expires_at, lock_id)
-    VALUES ($1, $2, $3, statement_timestamp(), statement_timestamp() + $4 * interval '1 microsecond', $5)
-    ON CONFLICT (key) DO NOTHING
-    RETURNING CASE WHEN pg_try_advisory_lock(r.lock_id)
-                   THEN set_config('synchronous_commit', 'off', true) = 'off'
-                   ELSE false END AS locked
-)
-SELECT true, NULL::text, NULL::bytea, NULL::timestamptz, NULL::bigint, NULL::bigint,
-       NULL::smallint, NULL::bytea, NULL::bytea, NULL::boolean, NULL::timestamptz, locked
-FROM ins
+SELECT 2, c.token, c.fingerprint, c.created_at,
+       (extract(epoch FROM c.expires_at - statement_timestamp()) * 1000000)::bigint,
+       c.status, c.header, c.body, c.body_omitted, c.completed_at, NULL
+FROM cur c
 UNION ALL
-SELECT false, r.token, r.fingerprint, r.created_at,
-       (extract(epoch FROM r.expires_at - statement_timestamp()) * 1000000)::bigint, r.lock_id,
-       r.status, r.header, r.body, r.body_omitted, r.completed_at,
-       CASE WHEN r.status IS NULL AND r.lock_id IS NOT NULL AND r.expires_at > statement_timestamp()
-            THEN CASE WHEN pg_try_advisory_lock(r.lock_id) THEN pg_advisory_unlock(r.lock_id) ELSE false END
-       END
-FROM T r WHERE r.key = $1`
-
-	// takeoverSQL claims a key whose row lapsed, or whose owner's session
-	// is gone ($7), for a new owner, fenced by the old owner's token ($6):
-	// of two requests taking over one row, the second finds a token it
-	// does not expect and changes nothing. $1 key, $2 token, $3
-	// fingerprint, $4 life (µs), $5 lock id or NULL. Returns whether the
-	// lock on $5 was taken (NULL without one).
-	takeoverSQL = `UPDATE T AS r
-SET token = $2, fingerprint = $3, created_at = statement_timestamp(),
-    expires_at = statement_timestamp() + $4 * interval '1 microsecond', lock_id = $5,
-    status = NULL, header = NULL, body = NULL, body_omitted = NULL, completed_at = NULL
-WHERE r.key = $1 AND r.token = $6
-  AND (r.expires_at <= statement_timestamp() OR (r.status IS NULL AND $7::boolean))
-RETURNING CASE WHEN r.lock_id IS NOT NULL THEN pg_try_advisory_lock(r.lock_id) END`
+SELECT 3, NULL, NULL,
+       (SELECT a.xact_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.mode = 'ExclusiveLock'
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND l.classid = (($5::bigint >> 32) & 4294967295)::oid AND l.objid = ($5::bigint & 4294967295)::oid
+          AND l.pid <> pg_backend_pid()
+        LIMIT 1),
+       NULL, NULL, NULL, NULL, NULL, NULL, free.got = 1
+FROM free WHERE free.got IN (1, 2)`
 
 	// completeSQL keeps a record in place of the claim held by $2. $1 key,
 	// $3 fingerprint, $4 status, $5 header, $6 body, $7 body omitted, $8
@@ -143,47 +134,39 @@ END`
 	extendSQL = `UPDATE T SET expires_at = statement_timestamp() + $3 * interval '1 microsecond'
 WHERE key = $1 AND token = $2 AND status IS NULL AND expires_at > statement_timestamp()`
 
-	// keepTxSQL keeps the record inside the request's transaction, fenced
-	// by the owner's token, with completeSQL's parameters. When the token
-	// no longer holds the key it raises an error (a text that is not a
-	// boolean, SQLSTATE 22P02, which names the cause in the server's log),
-	// so that the COMMIT pipelined after it finds the transaction aborted
-	// and rolls it back: the handler's writes and the record commit
-	// together or not at all, in one round trip. A claim past its life
-	// that nobody has taken over still commits: the row lock orders this
-	// UPDATE against any takeover, and the one that comes second finds
-	// the token it fences on gone.
-	//
-	// When it kept the record it releases the claim's advisory lock ($11)
-	// and answers whether it held it, before the COMMIT that follows. From
-	// here to the COMMIT the row lock of the UPDATE stands in for it: a
-	// request that finds the advisory lock free in that moment and tries
-	// to take the key over waits for the row, then finds the record. If
-	// the COMMIT fails, the transaction is gone and the key free to take
-	// over, which is what the lock says.
+	// keepTxSQL keeps the record inside the request's transaction, with
+	// completeSQL's parameters and $11 the claim's life (µs): fenced by
+	// the owner's token and by that life, so that a commit that comes
+	// after the claim's life (its owner stalled past the route's deadline)
+	// never lands. When it keeps nothing it raises an error (a text that
+	// is not a boolean, SQLSTATE 22P02, which names the cause in the
+	// server's log), so that the COMMIT pipelined after it finds the
+	// transaction aborted and rolls it back: the handler's writes and the
+	// record commit together or not at all, in one round trip.
 	keepTxSQL = `WITH kept AS (
     UPDATE T
     SET fingerprint = $3, status = $4, header = $5, body = $6, body_omitted = $7,
         created_at = $8, completed_at = $9,
         expires_at = statement_timestamp() + $10 * interval '1 microsecond', lock_id = NULL
     WHERE key = $1 AND token = $2 AND status IS NULL
+      AND created_at + $11 * interval '1 microsecond' > statement_timestamp()
     RETURNING 1
 )
-SELECT CASE WHEN n = 1 THEN pg_advisory_unlock($11)
-    ELSE ('idemkey: the claim is no longer this request''s; rolling back (' || n || ' rows kept)')::boolean END
+SELECT CASE WHEN n = 1 THEN true
+    ELSE ('idemkey: the claim is no longer this request''s, or its life is over; rolling back (' || n || ' rows kept)')::boolean END
 FROM (SELECT count(*) AS n FROM kept) k`
 
-	// releaseTxSQL deletes the claim held by $2, after the request's
-	// transaction rolled back.
-	releaseTxSQL = `DELETE FROM T WHERE key = $1 AND token = $2 AND status IS NULL`
+	// waitSQL waits up to $2 milliseconds (text) for the key's lock ($1)
+	// to be free, and lets go of it at once: it wakes the moment the
+	// transaction that holds it commits or rolls back. It fails with
+	// lock_not_available (55P03) when the time is up.
+	waitSQL = `SELECT CASE WHEN set_config('lock_timeout', $2, true) IS NOT NULL
+    THEN pg_advisory_xact_lock_shared($1::bigint) IS NOT NULL END`
 
-	// holdTxSQL keeps the claim held by $2 in flight for $3 µs more, and
-	// no longer under an advisory lock (so that no one takes it over when
-	// its owner's session ends): for a request whose transaction the
-	// handler ended itself, whose writes may be committed.
-	holdTxSQL = `UPDATE T SET lock_id = NULL,
-    expires_at = greatest(expires_at, statement_timestamp() + $3 * interval '1 microsecond')
-WHERE key = $1 AND token = $2 AND status IS NULL`
+	// heldSQL reports whether the claim held by $2 is committed and in
+	// flight: after the handler ended the request's transaction itself,
+	// whether its writes (and the claim with them) committed.
+	heldSQL = `SELECT EXISTS (SELECT FROM T WHERE key = $1 AND token = $2 AND status IS NULL)`
 
 	// sweepSQL deletes up to $1 lapsed rows, oldest first, skipping rows
 	// that another statement has locked (a takeover, another sweeper).
@@ -191,15 +174,12 @@ WHERE key = $1 AND token = $2 AND status IS NULL`
     SELECT key FROM T WHERE expires_at <= statement_timestamp()
     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
 ) AND expires_at <= statement_timestamp()`
-
-	unlockSQL = `SELECT pg_advisory_unlock($1)`
 )
 
 // statements are the SQL texts for one table.
 type statements struct {
-	claim, claimTx, takeover, complete, release, extend string
-	keepTx, releaseTx, holdTx, sweep                    string
-	inspect, delete, stats                              string
+	claim, complete, release, extend, keepTx, held, sweep string
+	inspect, delete, stats                                string
 }
 
 // tableWord is the table's placeholder in the statements: T, as a word of
@@ -210,18 +190,15 @@ func newStatements(table pgx.Identifier) statements {
 	name := table.Sanitize()
 	f := func(sql string) string { return tableWord.ReplaceAllLiteralString(sql, name) }
 	return statements{
-		claim:     f(claimSQL),
-		claimTx:   f(claimTxSQL),
-		takeover:  f(takeoverSQL),
-		complete:  f(completeSQL),
-		release:   f(releaseSQL),
-		extend:    f(extendSQL),
-		keepTx:    f(keepTxSQL),
-		releaseTx: f(releaseTxSQL),
-		holdTx:    f(holdTxSQL),
-		sweep:     f(sweepSQL),
-		inspect:   f(inspectSQL),
-		delete:    f(deleteSQL),
-		stats:     f(statsSQL),
+		claim:    f(claimSQL),
+		complete: f(completeSQL),
+		release:  f(releaseSQL),
+		extend:   f(extendSQL),
+		keepTx:   f(keepTxSQL),
+		held:     f(heldSQL),
+		sweep:    f(sweepSQL),
+		inspect:  f(inspectSQL),
+		delete:   f(deleteSQL),
+		stats:    f(statsSQL),
 	}
 }

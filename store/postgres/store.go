@@ -2,13 +2,13 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,8 +31,10 @@ type Store struct {
 	commitTimeout time.Duration
 	begin         string // the BEGIN of a request's transaction
 	txOptions     pgx.TxOptions
-	sweepBatch    int
-	lockID        func() int64
+	// undo4xx: a kept 4xx rolls the handler's writes back to a savepoint
+	// (WithClientErrorWrites).
+	undo4xx    bool
+	sweepBatch int
 
 	stop      chan struct{}
 	stopOnce  sync.Once
@@ -79,8 +81,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		commitTimeout: cfg.commitTimeout,
 		begin:         beginSQL(cfg.txOptions),
 		txOptions:     cfg.txOptions,
+		undo4xx:       !cfg.clientErrorWrites,
 		sweepBatch:    cfg.sweepBatch,
-		lockID:        cfg.lockID,
 		stop:          make(chan struct{}),
 		sweepDone:     make(chan struct{}),
 	}
@@ -125,29 +127,37 @@ func (s *Store) Close() error {
 
 // row is the answer of a claim statement.
 type row struct {
-	inserted    bool
+	kind        int16 // 1 claimed, 2 a row holds the key, 3 a transaction holds it
 	token       *string
 	fingerprint []byte
 	createdAt   *time.Time
 	remaining   *int64 // µs
-	lockID      *int64
 	status      *int16
 	header      []byte
 	body        []byte
 	omitted     *bool
 	completedAt *time.Time
-	flag        *bool // locked (inserted) or owner gone (found)
+	same        *bool // kind 3: the holder's request has the claim's fingerprint
 }
+
+// The kinds of answer of claimSQL.
+const (
+	kindClaimed = 1
+	kindRow     = 2
+	kindHeld    = 3
+)
 
 func (r *row) scan(rows pgx.Rows) error {
-	return rows.Scan(&r.inserted, &r.token, &r.fingerprint, &r.createdAt, &r.remaining, &r.lockID,
-		&r.status, &r.header, &r.body, &r.omitted, &r.completedAt, &r.flag)
+	return rows.Scan(&r.kind, &r.token, &r.fingerprint, &r.createdAt, &r.remaining,
+		&r.status, &r.header, &r.body, &r.omitted, &r.completedAt, &r.same)
 }
 
-// queryClaim runs a claim statement on q and returns its row, or false
-// when it returned none.
-func queryClaim(ctx context.Context, q querier, sql string, args ...any) (row, bool, error) {
-	rows, err := q.Query(ctx, sql, args...)
+// queryClaim runs the claim statement on q and returns its row, or false
+// when it returned none (it raced a commit: ask again).
+func (s *Store) queryClaim(ctx context.Context, q querier, key string, c store.Claim, life int64) (row, bool, error) {
+	l1, l2 := s.locks(key, c.Fingerprint)
+	timeout := strconv.FormatInt((c.TTL + time.Millisecond - 1).Milliseconds(), 10)
+	rows, err := q.Query(ctx, s.sql.claim, key, c.Token, c.Fingerprint[:], life, l1, l2, timeout)
 	if err != nil {
 		return row{}, false, err
 	}
@@ -163,16 +173,44 @@ func queryClaim(ctx context.Context, q querier, sql string, args ...any) (row, b
 	return r, true, rows.Err()
 }
 
+// locks returns the advisory lock ids of a claim: the key's, and the key's
+// with the request's fingerprint. Both are drawn from a hash of the table
+// and the key, so that two stores on different tables never share them.
+func (s *Store) locks(key string, fp [32]byte) (int64, int64) {
+	h := fnv.New64a()
+	h.Write([]byte(s.table))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	l1 := h.Sum64()
+	h.Write(fp[:])
+	return int64(l1), int64(h.Sum64())
+}
+
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// result reads a found row (not inserted) as the claim's answer. It does
-// not decide Mine or a takeover; the callers do.
-func (r *row) result() (store.Result, error) {
+// result reads the claim's answer when the key is not claimed: a row that
+// holds it (kind 2; the caller decides Mine), or a transaction (kind 3).
+func (r *row) result(c store.Claim) (store.Result, error) {
 	var res store.Result
+	if r.kind == kindHeld {
+		// The holder's claim is not committed: what is known of it is
+		// whether its request is this one, and when its transaction
+		// began.
+		res.State, res.Fingerprint = store.InFlight, c.Fingerprint
+		if r.same == nil || !*r.same {
+			res.Fingerprint = another(c.Fingerprint)
+		}
+		res.ClaimedAt, res.TTL = time.Now(), c.TTL
+		if r.createdAt != nil {
+			res.ClaimedAt = *r.createdAt
+			res.TTL = max(c.TTL-time.Since(res.ClaimedAt), time.Second)
+		}
+		return res, nil
+	}
 	if len(r.fingerprint) != len(res.Fingerprint) {
 		return res, fmt.Errorf("%w: fingerprint of %d bytes", ErrUnreadable, len(r.fingerprint))
 	}
@@ -202,21 +240,23 @@ func (r *row) result() (store.Result, error) {
 	return res, nil
 }
 
-// lapsed reports whether a found row's life is over.
-func (r *row) lapsed() bool { return *r.remaining <= 0 }
+// another returns a fingerprint that is not fp: what an answer InFlight
+// carries for a holder known only to have another request's.
+func another(fp [32]byte) [32]byte {
+	for i := range fp {
+		fp[i] = ^fp[i]
+	}
+	return fp
+}
 
 // Claim claims key for c.Token with a life of c.TTL, or reports what holds
-// it, in one round trip: one statement that inserts the claim unless the
-// key is taken and otherwise returns the row that took it. A row whose life
-// is over is taken over by a second statement; a claim that raced another
-// for the same key may run its statement again (see the package
-// documentation). Backend failures wrap store.ErrUnavailable; a row this
-// version cannot read is ErrUnreadable. c.TTL is rounded up to whole
-// microseconds and must be positive; c.Token must not be empty.
-//
-// A claim made by ClaimTx that is still in flight is answered InFlight
-// until its life ends, even when its owner is gone: only ClaimTx, which
-// holds a session of its own, tells a gone owner from a live one.
+// it, in one round trip: one statement (see claimSQL) that inserts the
+// claim unless the key is taken (a row whose life is over is taken over in
+// the same statement) and otherwise returns what took it. A claim that
+// raced another for the same key may run its statement again. Backend
+// failures wrap store.ErrUnavailable; a row this version cannot read is
+// ErrUnreadable. c.TTL is rounded up to whole microseconds and must be
+// positive; c.Token must not be empty.
 func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Result, error) {
 	ttl, err := checkClaim(c)
 	if err != nil {
@@ -228,8 +268,8 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var lastErr error
-	for range maxAttempts {
-		r, ok, err := queryClaim(ctx, s.pool, s.sql.claim, key, c.Token, c.Fingerprint[:], ttl)
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		r, ok, err := s.queryClaim(ctx, s.pool, key, c, ttl)
 		if err != nil {
 			if connLost(ctx, err) {
 				// A pooled connection that died (a server restart): a
@@ -242,27 +282,23 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 		switch {
 		case !ok:
 			continue // raced a claim that committed after the snapshot
-		case r.inserted:
+		case r.kind == kindClaimed:
 			return store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}, nil
-		case r.lapsed():
-			taken, _, err := s.takeover(ctx, s.pool, key, c, ttl, *r.token, false, nil)
-			if err != nil {
-				if connLost(ctx, err) {
-					lastErr = err
-					continue
-				}
-				return store.Result{}, unavailable("claim", err)
-			}
-			if taken {
-				return store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}, nil
-			}
-			continue // someone else took it over, or swept it: ask again
+		case r.kind == kindHeld && (r.same == nil || !*r.same) && attempt < maxAttempts:
+			// Held by a transaction for another request: most likely
+			// another plain claim whose statement has not committed yet.
+			// Wait a moment for it to, then ask again for its
+			// fingerprint (a transactional owner's is never to be seen:
+			// then the answer says only "another").
+			l1, _ := s.locks(key, c.Fingerprint)
+			s.pool.Exec(ctx, waitSQL, l1, "50")
+			continue
 		}
-		res, err := r.result()
+		res, err := r.result(c)
 		if err != nil {
 			return store.Result{}, fmt.Errorf("idemkey: postgres: claim: %w", err)
 		}
-		if res.State == store.InFlight && *r.token == c.Token {
+		if res.State == store.InFlight && r.token != nil && *r.token == c.Token {
 			return store.Result{State: store.Mine, Fingerprint: res.Fingerprint}, nil
 		}
 		return res, nil
@@ -304,20 +340,6 @@ func connLost(ctx context.Context, err error) bool {
 func isFatal(err error) bool {
 	pgErr, ok := errors.AsType[*pgconn.PgError](err)
 	return ok && (pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC")
-}
-
-// takeover runs takeoverSQL: it reports whether the row was taken over,
-// and, with a lock id, whether its lock was taken.
-func (s *Store) takeover(ctx context.Context, q querier, key string, c store.Claim, ttl int64, oldToken string, ownerGone bool, lockID *int64) (taken, locked bool, err error) {
-	var l *bool
-	err = q.QueryRow(ctx, s.sql.takeover, key, c.Token, c.Fingerprint[:], ttl, lockID, oldToken, ownerGone).Scan(&l)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, false, nil
-	}
-	if err != nil {
-		return false, false, err
-	}
-	return true, l != nil && *l, nil
 }
 
 // Complete replaces the claim held by token with rec, kept for retention
@@ -499,11 +521,4 @@ func micros(what string, d time.Duration) (int64, error) {
 		return 0, fmt.Errorf("idemkey: postgres: %s %v, want > 0", what, d)
 	}
 	return int64((d + time.Microsecond - 1) / time.Microsecond), nil
-}
-
-// randomLockID returns a random advisory lock id.
-func randomLockID() int64 {
-	var b [8]byte
-	rand.Read(b[:])
-	return int64(binary.BigEndian.Uint64(b[:]))
 }

@@ -14,32 +14,42 @@ import (
 	"github.com/idemkey/idemkey/store"
 )
 
-// ErrLockTaken reports that a transactional claim could not take the
-// advisory lock on the id it drew, because another session holds that id
-// (another application's advisory lock, by a one-in-2^64 chance, every
-// time). ClaimTx draws again before it returns it.
-var ErrLockTaken = errors.New("idemkey: postgres: advisory lock id already held")
+// ErrPoolExhausted is the cause (inside an error wrapping
+// store.ErrUnavailable) of a transactional claim that found no free pool
+// connection within its time budget: every connection was held by a
+// request whose handler still ran. The request was not run. Size the pool
+// for the requests served at once (see the package documentation).
+var ErrPoolExhausted = errors.New("idemkey: postgres: no free pool connection within the call's budget (every connection is held by a running request: size the pool for the requests served at once)")
 
-// ClaimTx claims key as Claim does, on a connection it takes from the pool
-// for the request, and when the answer is Claimed or Mine returns the
-// transaction the handler runs in; otherwise it returns the connection at
-// once and tx is nil.
+// savepoint is taken before the handler runs, when a kept 4xx undoes the
+// handler's writes (WithClientErrorWrites).
+const savepoint = "idemkey_handler"
+
+// ClaimTx claims key in the transaction the handler will run in, on a
+// connection it takes from the pool for the request: BEGIN and the claim
+// go out in one round trip. When the answer is Claimed it returns that
+// transaction; otherwise the transaction is rolled back, the connection
+// goes back to the pool, and tx is nil.
 //
-// The claim commits on its own before the handler runs, so that other
-// requests see the key in flight, and holds a session advisory lock from
-// inside the statement that inserts it until the transaction has committed
-// or rolled back. A claim that finds the key in flight under such a lock
-// tries it without waiting: when it is free, the owner's session is gone,
-// and its transaction with it, so the key is taken over at once. A live
-// owner's claim is taken over only when its life is over.
+// Everything the claim holds lives in that transaction: two
+// transaction-scoped advisory locks (the key's, and the key's with the
+// request's fingerprint) and the claim's row, not yet committed. They end
+// with the transaction, on whatever server connection it ran (a pooler in
+// transaction mode included): the record commits with the handler's writes
+// or nothing does, and an owner whose process or connection dies is
+// replaced at once. The transaction ends at the claim's life at the
+// latest (the route's deadline plus middleware.ClaimMargin): the server
+// cancels a statement that runs that long (statement_timeout) and ends a
+// session idle that long inside it (idle_in_transaction_session_timeout),
+// the store closes the connection when the life is over, and a commit
+// after it keeps nothing.
 //
 // The connection is held until Commit or Rollback: size the pool for the
 // requests served at once. The wait for a free connection counts against
 // the call's time budget (WithCallTimeout); past it ClaimTx returns an
-// error wrapping store.ErrUnavailable.
+// error wrapping store.ErrUnavailable and ErrPoolExhausted.
 func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.Result, store.Tx, error) {
-	ttl, err := checkClaim(c)
-	if err != nil {
+	if _, err := checkClaim(c); err != nil {
 		return store.Result{}, nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -47,113 +57,159 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	for attempt := 1; ; attempt++ {
-		conn, err := s.pool.Acquire(ctx)
+	var lastErr error
+	for range maxAttempts {
+		conn, err := s.acquire(ctx)
 		if err != nil {
-			return store.Result{}, nil, unavailable("claim", fmt.Errorf("no free connection: %w", err))
-		}
-		res, lock, err := s.claimTx(ctx, conn, key, c, ttl)
-		if err != nil {
-			// The claim may have landed, with its lock: a connection
-			// whose state is unknown never goes back to the pool.
-			// Closing it ends the session and frees the lock, so a retry
-			// takes the claim over.
-			lost := conn.Conn().IsClosed() && connLost(ctx, err)
-			discard(conn)
-			if lost && attempt < maxAttempts {
-				// A pooled connection that died (a server restart): on
-				// another one, a claim that landed on it answers Mine.
-				continue
-			}
 			return store.Result{}, nil, err
 		}
-		if res.State != store.Claimed && res.State != store.Mine {
-			conn.Release()
-			return res, nil, nil
-		}
-		return res, &requestTx{s: s, conn: conn, key: key, token: c.Token, lock: lock}, nil
-	}
-}
-
-// claimTx runs the claim on conn and returns the answer and, when claimed,
-// the lock id it holds.
-func (s *Store) claimTx(ctx context.Context, conn *pgxpool.Conn, key string, c store.Claim, ttl int64) (store.Result, int64, error) {
-	for range maxAttempts {
-		lock := s.lockID()
-		r, ok, err := queryClaim(ctx, conn, s.sql.claimTx, key, c.Token, c.Fingerprint[:], ttl, lock)
-		if err != nil {
-			return store.Result{}, 0, unavailable("claim", err)
-		}
-		if !ok {
-			continue // raced a claim that committed after the snapshot
-		}
-		if r.inserted {
-			if r.flag == nil || !*r.flag {
-				// Someone holds the id drawn: give the row back and draw
-				// again.
-				if err := s.dropClaim(ctx, conn, key, c.Token, 0); err != nil {
-					return store.Result{}, 0, unavailable("claim", err)
-				}
-				continue
-			}
-			return store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}, lock, nil
-		}
-		gone := r.flag != nil && *r.flag
-		mine := *r.token == c.Token
-		state := store.Claimed
+		r, ok, err := s.claimTx(ctx, conn, key, c)
 		switch {
-		case r.lapsed():
-		case r.status != nil:
-			res, err := r.result()
-			if err != nil {
-				return store.Result{}, 0, fmt.Errorf("idemkey: postgres: claim: %w", err)
-			}
-			return res, 0, nil
-		case mine && (gone || r.lockID == nil):
-			// Our own claim (a resent ClaimTx) whose session is gone, or
-			// made by Claim: hold a lock on it now.
-			state = store.Mine
-		case gone:
-		default:
-			res, err := r.result()
-			if err != nil {
-				return store.Result{}, 0, fmt.Errorf("idemkey: postgres: claim: %w", err)
-			}
-			return res, 0, nil
-		}
-		taken, locked, err := s.takeover(ctx, conn, key, c, ttl, *r.token, gone || state == store.Mine, &lock)
-		if err != nil {
-			return store.Result{}, 0, unavailable("claim", err)
-		}
-		if !taken {
-			continue // another request took it over first, or it was swept
-		}
-		if !locked {
-			if err := s.dropClaim(ctx, conn, key, c.Token, 0); err != nil {
-				return store.Result{}, 0, unavailable("claim", err)
-			}
+		case err != nil && (connLost(ctx, err) || retryable(err)):
+			// The connection died (the transaction with it: nothing
+			// landed), or the claim met a row committed after the
+			// transaction's snapshot: begin again.
+			s.end(conn)
+			lastErr = err
 			continue
+		case err != nil:
+			s.end(conn)
+			return store.Result{}, nil, unavailable("claim", err)
+		case !ok:
+			s.end(conn)
+			continue
+		case r.kind == kindClaimed:
+			tx := &requestTx{s: s, conn: conn, key: key, token: c.Token, life: c.TTL}
+			tx.watch(c.TTL)
+			return store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}, tx, nil
 		}
-		return store.Result{State: state, Fingerprint: c.Fingerprint}, lock, nil
+		s.end(conn)
+		res, err := r.result(c)
+		if err != nil {
+			return store.Result{}, nil, fmt.Errorf("idemkey: postgres: claim: %w", err)
+		}
+		return res, nil, nil
 	}
-	return store.Result{}, 0, unavailable("claim", errors.New("the key kept changing while it was claimed"))
+	return store.Result{}, nil, unavailable("claim", gaveUp(lastErr))
 }
 
-// dropClaim deletes the claim held by token and, when lock is not 0,
-// releases the lock, in one round trip.
-func (s *Store) dropClaim(ctx context.Context, conn *pgxpool.Conn, key, token string, lock int64) error {
+// claimTx sends BEGIN, the claim (and the handler's savepoint) on conn, in
+// one round trip, and reads the claim's answer.
+func (s *Store) claimTx(ctx context.Context, conn *pgxpool.Conn, key string, c store.Claim) (row, bool, error) {
 	b := &pgx.Batch{}
-	b.Queue(s.sql.releaseTx, key, token)
-	if lock != 0 {
-		b.Queue(unlockSQL, lock)
+	b.Queue(s.begin)
+	l1, l2 := s.locks(key, c.Fingerprint)
+	b.Queue(s.sql.claim, key, c.Token, c.Fingerprint[:], holdLife.Microseconds(), l1, l2, timeoutText(c.TTL))
+	if s.undo4xx {
+		b.Queue("SAVEPOINT " + savepoint)
 	}
-	return conn.SendBatch(ctx, b).Close()
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return row{}, false, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return row{}, false, err
+	}
+	var r row
+	ok := rows.Next()
+	if ok {
+		err = r.scan(rows)
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return row{}, false, err
+	}
+	if s.undo4xx {
+		if _, err := br.Exec(); err != nil {
+			return row{}, false, err
+		}
+	}
+	return r, ok, br.Close()
+}
+
+// Begin opens a transaction with no claim, for a request without a key on
+// a route where the key is optional: BEGIN (and the savepoint of
+// WithClientErrorWrites) in one round trip, on a connection held until
+// Commit or Rollback. The handler gets it with Tx, as it would with a key.
+func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, unavailable("begin", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(s.begin)
+	if s.undo4xx {
+		b.Queue("SAVEPOINT " + savepoint)
+	}
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		s.end(conn)
+		return nil, unavailable("begin", err)
+	}
+	return &requestTx{s: s, conn: conn}, nil
+}
+
+// acquire takes a connection from the pool within ctx.
+func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err == nil {
+		return conn, nil
+	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		st := s.pool.Stat()
+		return nil, unavailable("claim", fmt.Errorf("%w (%d of %d held): %w", ErrPoolExhausted, st.AcquiredConns(), st.MaxConns(), err))
+	}
+	return nil, unavailable("claim", err)
+}
+
+// end rolls back whatever conn has open and gives it back to the pool, in
+// the background: the request does not wait for it. A connection that
+// fails this is closed, which ends its transaction on the server.
+func (s *Store) end(conn *pgxpool.Conn) {
+	if conn.Conn().PgConn().TxStatus() == 'I' && !conn.Conn().PgConn().IsBusy() {
+		conn.Release()
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.commitTimeout)
+		defer cancel()
+		if conn.Conn().PgConn().IsBusy() {
+			discard(conn)
+			return
+		}
+		if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+			discard(conn)
+			return
+		}
+		conn.Release()
+	}()
+}
+
+// retryable reports a serialization failure or deadlock: the transaction
+// may begin again.
+func retryable(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// timeoutText is d in whole milliseconds, rounded up, as a setting's text.
+func timeoutText(d time.Duration) string {
+	return fmt.Sprint((d + time.Millisecond - 1).Milliseconds())
 }
 
 // discard closes a pooled connection whose session state is unknown (it
-// may hold a lock or an open transaction) and gives its slot back to the
-// pool. Closing ends the server's session: its transaction rolls back and
-// its locks are released.
+// may hold an open transaction) and gives its slot back to the pool.
+// Closing ends the server's session: its transaction rolls back and its
+// locks are released.
 func discard(conn *pgxpool.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -161,41 +217,57 @@ func discard(conn *pgxpool.Conn) {
 	conn.Release()
 }
 
-// requestTx is the store.Tx of one claimed request: the pooled connection
-// its claim was made on, which holds the claim's advisory lock, and the
-// transaction the handler writes through.
+// requestTx is the store.Tx of one request: the pooled connection its
+// transaction runs on, begun by ClaimTx (key set) or Begin (key "").
 type requestTx struct {
 	s     *Store
 	conn  *pgxpool.Conn
 	key   string
 	token string
-	lock  int64
+	life  time.Duration // the claim's
 
 	mu      sync.Mutex
 	handler *handlerTx
 	ended   bool
-	// outside is set by Commit and Rollback, before they send anything,
-	// when the handler's transaction had been ended outside the middleware
-	// (endedOutside): the key is then held, never freed.
-	outside bool
+	expired bool        // the watchdog closed the connection
+	timer   *time.Timer // the watchdog
 }
 
 var _ store.Tx = (*requestTx)(nil)
+
+// watch closes the connection when the claim's life is over and the
+// transaction is still open: its owner stalled past the route's deadline
+// (a handler that ignores its context), and the key must not stay held
+// by it, nor its commit land after a retry could have run.
+func (t *requestTx) watch(life time.Duration) {
+	t.timer = time.AfterFunc(life, func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.ended {
+			return
+		}
+		t.expired = true
+		// Closing the socket is safe while another goroutine uses the
+		// connection: its statements then fail, and the server ends the
+		// session, rolling back.
+		t.conn.Conn().PgConn().Conn().Close()
+	})
+}
 
 // NewContext returns ctx carrying the transaction, which the handler gets
 // back with Tx.
 func (t *requestTx) NewContext(ctx context.Context) context.Context {
 	t.mu.Lock()
 	if t.handler == nil {
-		t.handler = &handlerTx{conn: t.conn.Conn(), begin: t.s.begin, opts: t.s.txOptions}
+		t.handler = &handlerTx{conn: t.conn.Conn(), opts: t.s.txOptions}
 	}
 	h := t.handler
 	t.mu.Unlock()
 	return context.WithValue(ctx, txKey{}, h)
 }
 
-// end marks the transaction ended and stops the handler's use of it. It
-// reports false when it had already ended.
+// end marks the transaction ended and stops the handler's use of it and
+// the watchdog. It reports false when it had already ended.
 func (t *requestTx) end() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -203,111 +275,154 @@ func (t *requestTx) end() bool {
 		return false
 	}
 	t.ended = true
-	t.outside = t.endedOutside()
+	if t.timer != nil {
+		t.timer.Stop()
+	}
 	if t.handler != nil {
 		t.handler.close()
 	}
 	return true
 }
 
-// Commit keeps rec in the transaction, fenced by the owner's token,
-// releases the advisory lock and commits: one round trip, a pipeline of
-// the fenced UPDATE (which unlocks) and COMMIT (with BEGIN first when the
-// handler never used the transaction). It returns store.ErrNotOwner when
-// the claim is no longer this request's: the transaction is then rolled
-// back and nothing is kept. Any other error means the commit failed or its outcome is
-// unknown; it wraps store.ErrUnavailable. The call is bounded by
-// WithCommitTimeout. The connection goes back to the pool, or is closed
-// when its state is unknown.
+// Commit keeps rec in the transaction, fenced by the owner's token and the
+// claim's life, and commits: one round trip, a pipeline of the fenced
+// UPDATE and COMMIT (after ROLLBACK TO the handler's savepoint, for a kept
+// 4xx whose writes are undone). It returns store.ErrNotOwner when the
+// claim is no longer this request's (its life is over): the transaction
+// is then rolled back and nothing is kept. Any other error means the
+// commit failed or its outcome is unknown; it wraps store.ErrUnavailable.
+// The call is bounded by WithCommitTimeout. The connection goes back to
+// the pool, or is closed when its state is unknown.
+//
+// A transaction with no claim (Begin) commits the handler's writes and
+// keeps nothing.
 func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention time.Duration) error {
 	if !t.end() {
 		return errors.New("idemkey: postgres: commit: the transaction already ended")
 	}
-	args, err := recordArgs(t.key, t.token, rec, retention)
-	if err != nil {
-		// Nothing was sent: end the transaction as a failure.
+	if rec == nil {
 		t.rollback(ctx)
-		return err
+		return errors.New("idemkey: postgres: nil record")
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.s.commitTimeout)
 	defer cancel()
 	pc := t.conn.Conn().PgConn()
-	b := &pgx.Batch{}
-	switch st := pc.TxStatus(); {
+	switch {
+	case t.expired:
+		// The claim's life is over: its transaction was ended.
+		discard(t.conn)
+		return store.ErrNotOwner
+	case pc.IsClosed():
+		discard(t.conn)
+		return unavailable("commit", errors.New("the transaction ended with its connection (the server went away)"))
 	case pc.IsBusy():
 		// The handler left a query unread (rows never closed): the
 		// connection cannot run anything until it is.
-		t.rollback(ctx)
+		discard(t.conn)
 		return unavailable("commit", errors.New("the handler left a query on the transaction unfinished"))
-	case t.handler != nil && t.handler.broken.Load():
-		t.rollback(ctx)
-		return unavailable("commit", errors.New("the handler's transaction could not begin; rolled back"))
-	case st == 'E':
+	case pc.TxStatus() == 'E':
 		// A statement of the handler failed, and the handler answered as
 		// if it had not: COMMIT would roll back. Keep nothing.
 		t.rollback(ctx)
 		return unavailable("commit", errors.New("the handler's transaction had failed; rolled back"))
-	case st == 'I':
-		// The handler wrote nothing: the record is the transaction.
-		b.Queue(t.s.begin)
+	case pc.TxStatus() == 'I':
+		return t.commitOutside(ctx, rec, retention)
 	}
-	begin := b.Len() == 1
-	b.Queue(t.s.sql.keepTx, append(args, t.lock)...)
+	b := &pgx.Batch{}
+	if t.s.undo4xx && rec.Status >= 400 {
+		b.Queue("ROLLBACK TO SAVEPOINT " + savepoint)
+	}
+	undo := b.Len()
+	if t.key != "" {
+		args, err := recordArgs(t.key, t.token, rec, retention)
+		if err != nil {
+			// Nothing was sent: end the transaction as a failure.
+			t.rollback(ctx)
+			return err
+		}
+		b.Queue(t.s.sql.keepTx, append(args, t.life.Microseconds())...)
+	}
 	b.Queue("COMMIT")
 	br := t.conn.SendBatch(ctx, b)
-	if begin {
+	if undo == 1 {
 		if _, err := br.Exec(); err != nil {
+			// The handler released the savepoint, or the server went
+			// away: nothing committed.
 			br.Close()
-			discard(t.conn)
+			t.rollback(ctx)
 			return unavailable("commit", err)
 		}
 	}
-	var unlocked bool
-	if err := br.QueryRow().Scan(&unlocked); err != nil {
-		br.Close()
-		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "22P02" {
-			// Fenced: the COMMIT was skipped, the transaction is
-			// aborted, and the lock is still held. Roll back and let go.
-			if err := t.finish(ctx, false, true); err != nil {
-				return unavailable("commit", err)
+	if t.key != "" {
+		var kept bool
+		if err := br.QueryRow().Scan(&kept); err != nil {
+			br.Close()
+			t.rollback(ctx)
+			if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "22P02" {
+				// Fenced: the COMMIT was skipped and the transaction is
+				// aborted. Nothing is kept.
+				return store.ErrNotOwner
 			}
-			return store.ErrNotOwner
+			// The UPDATE failed (a serialization failure, the server
+			// going away): nothing committed.
+			return unavailable("commit", err)
 		}
-		// The UPDATE failed (a serialization failure, the server going
-		// away) before it could unlock: nothing committed. Roll back and
-		// free the key, so that a retry runs again; a connection that
-		// fails this is closed.
-		t.rollback(ctx)
-		return unavailable("commit", err)
 	}
 	tag, err := br.Exec()
 	if err == nil && tag.String() != "COMMIT" {
 		err = fmt.Errorf("COMMIT answered %q", tag.String())
 	}
-	if err != nil {
-		br.Close()
-		if _, ok := errors.AsType[*pgconn.PgError](err); ok || tag.String() == "ROLLBACK" {
-			// The server refused the COMMIT (a deferred constraint, a
-			// serialization failure): the transaction rolled back, and
-			// the lock was let go already. Delete the claim, so that
-			// plain claims find the key free too.
-			t.finish(ctx, true, false)
-			return unavailable("commit", err)
-		}
-		// The outcome is unknown (the reply was lost): the connection is
-		// not to be trusted. Closing it ends any transaction left open
-		// and frees the lock.
-		discard(t.conn)
-		return unavailable("commit", err)
-	}
-	if err := br.Close(); err != nil || !unlocked {
-		// Committed, but the connection is not in a state to trust
-		// (or held no lock, which it should have): close it.
+	if cerr := br.Close(); err == nil && cerr != nil {
+		// Committed, but the connection is not in a state to trust.
 		discard(t.conn)
 		return nil
 	}
+	if err != nil {
+		if _, ok := errors.AsType[*pgconn.PgError](err); ok || tag.String() == "ROLLBACK" {
+			// The server refused the COMMIT (a deferred constraint, a
+			// serialization failure): the transaction rolled back, and
+			// the key with it.
+			t.giveBack()
+			return unavailable("commit", err)
+		}
+		// The outcome is unknown (the reply was lost): the connection is
+		// not to be trusted. Closing it ends any transaction left open.
+		discard(t.conn)
+		return unavailable("commit", err)
+	}
 	t.giveBack()
 	return nil
+}
+
+// commitOutside keeps rec after the handler ended the transaction itself
+// (a COMMIT or ROLLBACK sent through Conn): the claim's row committed with
+// the handler's writes or rolled back with them. A committed claim gets
+// its record, fenced by the owner's token, in a statement of its own: the
+// writes are in, and the answer is theirs. A claim that rolled back took
+// the writes with it: nothing is kept, and the key is free.
+func (t *requestTx) commitOutside(ctx context.Context, rec *store.Record, retention time.Duration) error {
+	if t.key == "" {
+		t.giveBack()
+		return nil
+	}
+	args, err := recordArgs(t.key, t.token, rec, retention)
+	if err != nil {
+		t.giveBack()
+		return err
+	}
+	var code int
+	if err := t.conn.QueryRow(ctx, t.s.sql.complete, args...).Scan(&code); err != nil {
+		discard(t.conn)
+		return unavailable("commit", err)
+	}
+	t.giveBack()
+	switch code {
+	case 1, 2:
+		return nil
+	case 0:
+		return unavailable("commit", errors.New("the handler rolled the request's transaction back itself; nothing was kept"))
+	}
+	return unavailable("commit", fmt.Errorf("unexpected answer %d", code))
 }
 
 // giveBack returns the connection to the pool at the request's end, or
@@ -320,114 +435,66 @@ func (t *requestTx) giveBack() {
 	t.conn.Release()
 }
 
-// endedOutside reports whether the handler's transaction began and was
-// then ended by something other than the middleware: a COMMIT or ROLLBACK
-// the handler sent on its connection. Its writes may have committed.
-func (t *requestTx) endedOutside() bool {
-	return t.handler != nil && t.handler.began.Load() && t.conn.Conn().PgConn().TxStatus() == 'I'
-}
+// errEndedOutside is what Rollback reports when the handler's own COMMIT
+// committed the claim with its writes: the key is then held, not freed.
+var errEndedOutside = errors.New("the handler committed the request's transaction itself (a COMMIT through Conn?); its writes are in, so the key is held for " + holdLife.String() + " instead of being freed for a retry")
 
-// errEndedOutside is what Commit and Rollback report when they had to hold
-// the key because the handler's transaction was ended outside the
-// middleware.
-var errEndedOutside = errors.New("the handler's transaction was committed or rolled back outside the middleware (a COMMIT through Conn?); its writes may be committed, so the key is held for " + holdLife.String() + " instead of being freed for a retry")
-
-// holdLife is how long a key whose transaction ended outside the
-// middleware stays claimed: a repeat answers 409 meanwhile. It is the
-// middleware's default retention; an operator can free the key sooner
-// (idemctl delete).
+// holdLife is the life of the claim's row in a request's transaction. The
+// row is seen by no one while the transaction runs; it matters only when
+// the handler commits the transaction itself: then its writes are in, and
+// the key stays claimed that long (a repeat answers 409; an operator can
+// free it sooner with idemctl delete) rather than run them again. It is
+// the middleware's default retention.
 const holdLife = 24 * time.Hour
 
-// Rollback rolls the transaction back, deletes the claim and releases the
-// advisory lock, in one round trip, bounded by WithCommitTimeout. When it
-// fails the connection is closed, which rolls back and frees the lock on
-// the server, so that the next request with the key takes the claim over
-// at once; the error wraps store.ErrUnavailable.
+// Rollback rolls the transaction back, in one round trip, bounded by
+// WithCommitTimeout: the claim goes with it, and the key is free. When it
+// fails the connection is closed, which rolls back on the server; the
+// error wraps store.ErrUnavailable. When the handler had committed the
+// transaction itself, its writes are in: the key stays held, and the
+// error says so.
 func (t *requestTx) Rollback(ctx context.Context) error {
 	if !t.end() {
 		return errors.New("idemkey: postgres: rollback: the transaction already ended")
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.s.commitTimeout)
 	defer cancel()
+	pc := t.conn.Conn().PgConn()
+	if t.key != "" && !t.expired && !pc.IsClosed() && !pc.IsBusy() && pc.TxStatus() == 'I' {
+		var held bool
+		if err := t.conn.QueryRow(ctx, t.s.sql.held, t.key, t.token).Scan(&held); err != nil {
+			discard(t.conn)
+			return unavailable("rollback", err)
+		}
+		t.giveBack()
+		if held {
+			return unavailable("rollback", errEndedOutside)
+		}
+		return nil
+	}
 	if err := t.rollback(ctx); err != nil {
 		return unavailable("rollback", err)
 	}
 	return nil
 }
 
-// rollback rolls back (when a transaction is open), deletes the claim and
-// unlocks; on failure it closes the connection.
+// rollback rolls back when a transaction is open and gives the connection
+// back; on failure it closes the connection.
 func (t *requestTx) rollback(ctx context.Context) error {
-	if t.conn.Conn().PgConn().IsBusy() {
+	pc := t.conn.Conn().PgConn()
+	if t.expired || pc.IsClosed() || pc.IsBusy() {
 		discard(t.conn)
-		return errors.New("the handler left a query on the transaction unfinished")
+		if pc.IsBusy() {
+			return errors.New("the handler left a query on the transaction unfinished")
+		}
+		return nil
 	}
-	return t.finish(ctx, true, true)
-}
-
-// finish ends the request on its connection in one round trip (two after
-// a failed statement): ROLLBACK when a transaction is open, the deletion
-// of the claim when release is set, and the unlock when locked is. Then it
-// gives the connection back to the pool, or closes it when anything
-// failed.
-func (t *requestTx) finish(ctx context.Context, release, locked bool) error {
-	outside := release && t.outside
-	b := &pgx.Batch{}
-	switch t.conn.Conn().PgConn().TxStatus() {
-	case 'T':
-		b.Queue("ROLLBACK")
-	case 'E':
-		// In a failed transaction the server refuses to parse anything
-		// but the statement that ends it, and the statements below may
-		// not be prepared on this connection yet: ROLLBACK first, on its
-		// own, in the simple protocol.
+	if pc.TxStatus() != 'I' {
 		if _, err := t.conn.Exec(ctx, "ROLLBACK"); err != nil {
 			discard(t.conn)
 			return err
 		}
 	}
-	switch {
-	case outside:
-		// Not free for a retry: what the handler wrote may be committed.
-		b.Queue(t.s.sql.holdTx, t.key, t.token, holdLife.Microseconds())
-	case release:
-		b.Queue(t.s.sql.releaseTx, t.key, t.token)
-	}
-	if locked {
-		b.Queue(unlockSQL, t.lock)
-	}
-	if b.Len() == 0 {
-		t.giveBack()
-		return nil
-	}
-	br := t.conn.SendBatch(ctx, b)
-	var err error
-	n := b.Len()
-	if locked {
-		n--
-	}
-	for range n {
-		if _, err = br.Exec(); err != nil {
-			break
-		}
-	}
-	unlocked := true
-	if err == nil && locked {
-		err = br.QueryRow().Scan(&unlocked)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && !unlocked {
-		err = errors.New("the advisory lock was not held")
-	}
-	if err != nil {
-		discard(t.conn)
-		return err
-	}
 	t.giveBack()
-	if outside {
-		return errEndedOutside
-	}
 	return nil
 }

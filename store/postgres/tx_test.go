@@ -139,11 +139,21 @@ func TestTxCommitKeepsRecordAndWrites(t *testing.T) {
 	if n := pay.count(t, key); n != 0 {
 		t.Fatalf("%d payments visible before the commit", n)
 	}
-	// Another request sees the key in flight, under the owner's
-	// fingerprint: the owner is alive.
-	res, other, err := st.ClaimTx(context.Background(), key, newClaim(2))
+	// Another request sees the key in flight: the owner is alive. A
+	// repeat of the owner's request is told it is the same one; another
+	// request, that it is not (its claim's fingerprint is not the one
+	// answered).
+	res, other, err := st.ClaimTx(context.Background(), key, newClaim(1))
 	if err != nil || res.State != store.InFlight || res.Fingerprint != c.Fingerprint || other != nil {
-		t.Fatalf("a second ClaimTx while the owner runs: %v %v %v", res.State, other, err)
+		t.Fatalf("a repeat while the owner runs: %v %v %v", res.State, other, err)
+	}
+	c2 := newClaim(2)
+	res, other, err = st.ClaimTx(context.Background(), key, c2)
+	if err != nil || res.State != store.InFlight || res.Fingerprint == c2.Fingerprint || other != nil {
+		t.Fatalf("another request while the owner runs: %v %v %v", res.State, other, err)
+	}
+	if res.ClaimedAt.IsZero() || res.TTL <= 0 || res.TTL > c.TTL {
+		t.Errorf("in flight: ClaimedAt %v, TTL %v; want when the owner began, and at most the claim's life %v", res.ClaimedAt, res.TTL, c.TTL)
 	}
 	rec := record("paid", 1)
 	if err := tx.Commit(context.Background(), rec, time.Minute); err != nil {
@@ -163,7 +173,7 @@ func TestTxCommitKeepsRecordAndWrites(t *testing.T) {
 	if err := tx.Commit(context.Background(), rec, time.Minute); err == nil {
 		t.Error("a second Commit succeeded")
 	}
-	if s := pool.Stat(); s.AcquiredConns() != 0 {
+	if s := idle(pool); s.AcquiredConns() != 0 {
 		t.Errorf("%d connections still acquired", s.AcquiredConns())
 	}
 }
@@ -248,14 +258,16 @@ func TestTxLapsedOwnerIsFenced(t *testing.T) {
 	if err != nil || res.State != store.Completed || string(res.Record.Body) != "b" {
 		t.Fatalf("kept: %v %v", res.State, err)
 	}
-	if s := pool.Stat(); s.AcquiredConns() != 0 {
+	if s := idle(pool); s.AcquiredConns() != 0 {
 		t.Errorf("%d connections still acquired", s.AcquiredConns())
 	}
 }
 
-// TestTxLapsedClaimNobodyTookCommits: a claim past its life that nobody
-// took over still commits.
-func TestTxLapsedClaimNobodyTookCommits(t *testing.T) {
+// TestTxLateCommitNeverLands: an owner that outlives its claim's life
+// (the route's deadline plus the margin) has its transaction ended at
+// that life, whether or not anyone took the key over: its commit keeps
+// nothing, its writes are gone, and the key is free.
+func TestTxLateCommitNeverLands(t *testing.T) {
 	pool := sharedPool(t)
 	st, table := newStore(t, pool)
 	pay := newPayments(t, pool, table)
@@ -267,11 +279,44 @@ func TestTxLapsedClaimNobodyTookCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	if err := tx.Commit(context.Background(), record("slow", 1), time.Minute); err != nil {
+	if err := tx.Commit(context.Background(), record("slow", 1), time.Minute); !errors.Is(err, store.ErrNotOwner) {
+		t.Fatalf("a commit after the claim's life: %v, want store.ErrNotOwner", err)
+	}
+	if n := pay.count(t, key); n != 0 {
+		t.Fatalf("%d payments, want none", n)
+	}
+	claimTx(t, st, key, newClaim(1), store.Claimed).Rollback(context.Background())
+	assertNoLocks(t, pool, st, key, a.Fingerprint)
+}
+
+// TestTxLateCommitFencedOnTheServer: the fence holds without the store's
+// watchdog too: a keep sent after the claim's life, on a connection that
+// is still open, finds the life over on the database's clock and rolls
+// back.
+func TestTxLateCommitFencedOnTheServer(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	key := newKey()
+	a := newClaim(1)
+	a.TTL = time.Second
+	tx := claimTx(t, st, key, a, store.Claimed)
+	ctx := tx.NewContext(context.Background())
+	if err := pay.insert(ctx, key, "slow"); err != nil {
 		t.Fatal(err)
 	}
-	if n := pay.count(t, key); n != 1 {
-		t.Fatalf("%d payments", n)
+	// Hold the transaction busy on the server past the claim's life, in
+	// one statement shorter than the statement timeout the claim set,
+	// then commit at once, before the watchdog can fire.
+	if _, err := postgres.Tx(ctx).Exec(ctx, "SELECT pg_sleep(0.9)"); err != nil {
+		t.Fatal(err)
+	}
+	st.ShiftLife(tx, -time.Second)
+	if err := tx.Commit(context.Background(), record("slow", 1), time.Minute); !errors.Is(err, store.ErrNotOwner) {
+		t.Fatalf("a keep after the claim's life: %v, want store.ErrNotOwner", err)
+	}
+	if n := pay.count(t, key); n != 0 {
+		t.Fatalf("%d payments, want none", n)
 	}
 }
 
@@ -362,44 +407,10 @@ func TestTxConcurrentOneKey(t *testing.T) {
 	}
 }
 
-// TestTxLockCollision: the lock id drawn is held by another session; the
-// claim gives its row back and draws again.
-func TestTxLockCollision(t *testing.T) {
-	pool := sharedPool(t)
-	const held = 4242
-	other, err := pool.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Release()
-	if _, err := other.Exec(context.Background(), "SELECT pg_advisory_lock($1)", int64(held)); err != nil {
-		t.Fatal(err)
-	}
-	defer other.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(held))
-	var draws int
-	st, _ := newStore(t, pool, postgres.WithLockIDs(func() int64 {
-		draws++
-		if draws == 1 {
-			return held
-		}
-		return held + int64(draws)
-	}))
-	key := newKey()
-	tx := claimTx(t, st, key, newClaim(1), store.Claimed)
-	if draws != 2 {
-		t.Errorf("%d draws, want 2", draws)
-	}
-	// The lock the claim holds is the second one: a live owner.
-	claimTx(t, st, key, newClaim(1), store.InFlight)
-	if err := tx.Commit(context.Background(), record("ok", 1), time.Minute); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestTxMine: a ClaimTx resent with its own token after its connection
-// died finds its claim and takes it back (Mine), with a lock of its own;
-// so does a ClaimTx that finds its token's plain claim.
-func TestTxMine(t *testing.T) {
+// TestTxOwnerGone: a ClaimTx whose connection died (terminated on the
+// server) took its claim with it: the same request claims the key afresh
+// at once, and another request then finds a live owner.
+func TestTxOwnerGone(t *testing.T) {
 	pool := sharedPool(t)
 	st, table := newStore(t, pool)
 	pay := newPayments(t, pool, table)
@@ -412,27 +423,23 @@ func TestTxMine(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", int32(pid)).Scan(&ok); err != nil || !ok {
 		t.Fatalf("pg_terminate_backend: %v %v", ok, err)
 	}
-	again := claimTx(t, st, key, c, store.Mine)
-	// The lock is held again: another request sees a live owner.
+	again := claimTx(t, st, key, c, store.Claimed)
 	claimTx(t, st, key, newClaim(1), store.InFlight)
-	if err := pay.insert(again.NewContext(ctx), key, "mine"); err != nil {
+	if err := pay.insert(again.NewContext(ctx), key, "again"); err != nil {
 		t.Fatal(err)
 	}
-	if err := again.Commit(ctx, record("mine", 1), time.Minute); err != nil {
+	if err := again.Commit(ctx, record("again", 1), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if n := pay.count(t, key); n != 1 {
 		t.Fatalf("%d payments", n)
 	}
-
-	key, c = newKey(), newClaim(1)
-	if res, err := st.Claim(ctx, key, c); err != nil || res.State != store.Claimed {
-		t.Fatalf("plain claim: %v %v", res.State, err)
+	if err := first.Rollback(ctx); err == nil {
+		t.Log("the dead transaction's rollback answered nil")
 	}
-	tx := claimTx(t, st, key, c, store.Mine)
-	claimTx(t, st, key, newClaim(1), store.InFlight)
-	if err := tx.Commit(ctx, record("mine", 1), time.Minute); err != nil {
-		t.Fatal(err)
+	assertNoLocks(t, pool, st, key, c.Fingerprint)
+	if n := sessionLocks(t, pool); n != 0 {
+		t.Errorf("%d session advisory locks held", n)
 	}
 }
 
@@ -442,8 +449,7 @@ func TestTxMine(t *testing.T) {
 // not), and no advisory lock is left behind.
 func TestTxCommitRefused(t *testing.T) {
 	pool := sharedPool(t)
-	const lockID = 0x1d3c0ffee
-	st, table := newStore(t, pool, postgres.WithLockIDs(func() int64 { return lockID }))
+	st, table := newStore(t, pool)
 	ctx := context.Background()
 	checked := pgx.Identifier{table + "_checked"}.Sanitize()
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+checked+` (n int, CONSTRAINT small EXCLUDE USING btree (n WITH =) DEFERRABLE INITIALLY DEFERRED)`); err != nil {
@@ -453,8 +459,8 @@ func TestTxCommitRefused(t *testing.T) {
 	if _, err := pool.Exec(ctx, "INSERT INTO "+checked+" VALUES (1)"); err != nil {
 		t.Fatal(err)
 	}
-	key := newKey()
-	tx := claimTx(t, st, key, newClaim(1), store.Claimed)
+	key, c := newKey(), newClaim(1)
+	tx := claimTx(t, st, key, c, store.Claimed)
 	tctx := tx.NewContext(ctx)
 	// Accepted now, checked at COMMIT.
 	if _, err := postgres.Tx(tctx).Exec(tctx, "INSERT INTO "+checked+" VALUES (1)"); err != nil {
@@ -465,13 +471,7 @@ func TestTxCommitRefused(t *testing.T) {
 		t.Fatalf("commit refused by the server: %v, want ErrUnavailable", err)
 	}
 	t.Logf("commit refused: %v", err)
-	var held int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1", int64(lockID)).Scan(&held); err != nil {
-		t.Fatal(err)
-	}
-	if held != 0 {
-		t.Errorf("the claim's advisory lock is still held %d times", held)
-	}
+	assertNoLocks(t, pool, st, key, c.Fingerprint)
 	if res, err := st.Claim(ctx, key, newClaim(1)); err != nil || res.State != store.Claimed {
 		t.Fatalf("a plain claim after the refused commit: %v %v, want the key free", res.State, err)
 	}
