@@ -47,6 +47,10 @@ var (
 	_ store.TxStore  = (*Store)(nil)
 )
 
+// smallPool is the pool size under which New warns: pgxpool's default is
+// 4 connections, or the number of CPUs.
+const smallPool = 10
+
 // maxAttempts bounds how often one call runs its statement when the answer
 // says the row changed under it (a claim racing another, or a takeover
 // lost): each attempt sees a state that settled after the last, so a few
@@ -85,6 +89,10 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		sweepBatch:    cfg.sweepBatch,
 		stop:          make(chan struct{}),
 		sweepDone:     make(chan struct{}),
+	}
+	if n := pool.Config().MaxConns; n < smallPool {
+		slog.Warn("idemkey: postgres: the pool is small for transactional requests: each holds a connection for its handler's whole run, so at most this many run at once, and the rest are answered 503 once the call's budget has passed waiting for one; size the pool for the requests served at once (pgxpool MaxConns, pool_max_conns in the URL)",
+			"max_conns", n, "call_timeout", cfg.callTimeout)
 	}
 	if cfg.sweepInterval > 0 {
 		go s.sweepEvery(cfg.sweepInterval)

@@ -1,0 +1,202 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkey/idemkey/internal/pgtest"
+	"github.com/idemkey/idemkey/middleware"
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/postgres"
+)
+
+// TestKeptClientErrorUndoesWrites: a handler that inserts and then answers
+// a 4xx that is kept (400, 404, 422, and a 3xx for contrast). By default
+// the answer is kept and its writes are undone (clients read a 4xx as
+// "nothing happened"); WithClientErrorWrites(true) commits them; a 3xx
+// always commits.
+func TestKeptClientErrorUndoesWrites(t *testing.T) {
+	pool := sharedPool(t)
+	for _, commit := range []bool{false, true} {
+		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
+			st, table := newStore(t, pool, postgres.WithClientErrorWrites(commit))
+			pay := newPayments(t, pool, table)
+			srv := server(t, st, &payHandler{pay: pay, by: "h"}, 10*time.Second)
+			for _, status := range []int{400, 404, 422, 302} {
+				key := newKey()
+				a := post(client, srv.URL, key, "X-Status", fmt.Sprint(status))
+				if a.err != nil || a.status != status {
+					t.Fatalf("%d: %d %v", status, a.status, a.err)
+				}
+				again := post(client, srv.URL, key, "X-Status", fmt.Sprint(status))
+				if again.status != status || !again.replayed {
+					t.Errorf("%d: the repeat got %d (replayed %v), want the kept answer", status, again.status, again.replayed)
+				}
+				want := 1
+				if status >= 400 && !commit {
+					want = 0
+				}
+				if n := pay.count(t, key); n != want {
+					t.Errorf("%d answered (WithClientErrorWrites(%v)): %d payments, want %d", status, commit, n, want)
+				}
+			}
+		})
+	}
+}
+
+// TestKeylessRequestRunsInATransaction: on a route where the key is
+// optional, a request without one still finds a transaction in its
+// context (the README's handler runs unchanged): a 201 commits its write
+// and keeps nothing, a 5xx rolls it back.
+func TestKeylessRequestRunsInATransaction(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	m, err := middleware.New(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &payHandler{pay: pay, by: "keyless"}
+	srv := httptestServer(t, m.Optional()(h))
+	send := func(status string) int {
+		req, _ := http.NewRequest(http.MethodPost, srv, strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Status", status)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := send("201"); got != 201 {
+		t.Fatalf("a keyless request: %d, want 201 (500 means the handler found no transaction)", got)
+	}
+	if got := send("503"); got != 503 {
+		t.Fatalf("a keyless 5xx: %d", got)
+	}
+	// The payments' key column holds "" for a request without a key.
+	if n := pay.count(t, ""); n != 1 {
+		t.Errorf("%d payments, want the 201's alone", n)
+	}
+	if n := idle(pool).AcquiredConns(); n != 0 {
+		t.Errorf("%d connections still held", n)
+	}
+	var rows int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("%d rows kept for keyless requests (%v), want none", rows, err)
+	}
+}
+
+// TestEveryIsolationLevelRunsAKeyOnce: under READ COMMITTED, REPEATABLE
+// READ and SERIALIZABLE, 32 requests race on one key, round after round:
+// whoever claims inserts a payment and commits, and a claim that meets a
+// record committed after its transaction's snapshot is answered from the
+// record (or in flight), never run again. One payment per key.
+func TestEveryIsolationLevelRunsAKeyOnce(t *testing.T) {
+	pool := sharedPool(t)
+	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable} {
+		t.Run(string(iso), func(t *testing.T) {
+			st, table := newStore(t, pool, postgres.WithTxOptions(pgx.TxOptions{IsoLevel: iso}), postgres.WithCallTimeout(10*time.Second))
+			pay := newPayments(t, pool, table)
+			for round := range 5 {
+				key := newKey()
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				states := map[store.State]int{}
+				for range 32 {
+					wg.Go(func() {
+						ctx := context.Background()
+						res, tx, err := st.ClaimTx(ctx, key, newClaim(1))
+						if err != nil {
+							t.Errorf("claim: %v", err)
+							return
+						}
+						mu.Lock()
+						states[res.State]++
+						mu.Unlock()
+						if tx == nil {
+							return
+						}
+						if err := pay.insert(tx.NewContext(ctx), key, "run"); err != nil {
+							t.Errorf("insert: %v", err)
+						}
+						if err := tx.Commit(ctx, record("paid", 1), time.Minute); err != nil {
+							t.Errorf("commit: %v", err)
+						}
+					})
+				}
+				wg.Wait()
+				if n := pay.count(t, key); n != 1 {
+					t.Fatalf("round %d: %d payments (%v), want 1", round, n, states)
+				}
+				if states[store.Claimed] != 1 {
+					t.Fatalf("round %d: %v, want one claim", round, states)
+				}
+				res, _, err := st.ClaimTx(context.Background(), key, newClaim(1))
+				if err != nil || res.State != store.Completed {
+					t.Fatalf("round %d: after the race: %v %v", round, res.State, err)
+				}
+			}
+			if n := sessionLocks(t, pool); n != 0 {
+				t.Errorf("%d session advisory locks held", n)
+			}
+		})
+	}
+}
+
+// httptestServer serves h on a test server closed when the test ends, and
+// returns its URL.
+func httptestServer(t *testing.T, h http.Handler) string {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestPoolExhaustedIsReported: every pool connection is held by a running
+// request; the next request is answered 503 with a detail that does not
+// blame its key, and the event carries the cause, ErrPoolExhausted.
+func TestPoolExhaustedIsReported(t *testing.T) {
+	pool := newPool(t, pgtest.Shared(t), 1)
+	st, table := newStore(t, pool, postgres.WithCallTimeout(200*time.Millisecond))
+	pay := newPayments(t, sharedPool(t), table)
+	var mu sync.Mutex
+	var events []middleware.Event
+	h := &payHandler{pay: pay, by: "h", block: make(chan struct{})}
+	srv := server(t, st, h, 10*time.Second, middleware.WithObserver(func(_ *http.Request, e middleware.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}))
+	first := make(chan answer, 1)
+	go func() { first <- post(client, srv.URL, newKey(), "X-Block", "1") }()
+	for deadline := time.Now().Add(5 * time.Second); pool.Stat().AcquiredConns() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	a := post(client, srv.URL, newKey())
+	close(h.block)
+	<-first
+	if a.status != http.StatusServiceUnavailable || strings.Contains(a.body, "key could not") {
+		t.Fatalf("a request finding the pool exhausted: %d %s", a.status, a.body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	found := false
+	for _, e := range events {
+		if e.Kind == middleware.EventStoreError && errors.Is(e.Err, postgres.ErrPoolExhausted) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no store-error event with ErrPoolExhausted among %v", events)
+	}
+}
