@@ -226,23 +226,17 @@ func (a *attempt) decide(o claimOutcome) {
 	}
 }
 
-// wait polls the store until the key is no longer in flight for this
-// request's fingerprint or the wait budget is spent. It reports false when
-// the budget ran out with the key still in flight.
+// wait waits until the key is no longer in flight for this request's
+// fingerprint or the wait budget is spent: woken by the store when it is
+// a store.Waiter, else polling it every 10 to 250 ms. It reports false
+// when the budget ran out with the key still in flight.
 func (a *attempt) wait() (claimOutcome, bool) {
 	deadline := time.Now().Add(a.h.m.cfg.wait)
 	pause := 10 * time.Millisecond
 	for {
 		left := time.Until(deadline)
-		if left <= 0 {
+		if left <= 0 || !a.pause(left, pause) {
 			return claimOutcome{}, false
-		}
-		t := time.NewTimer(min(pause, left))
-		select {
-		case <-a.r.Context().Done():
-			t.Stop()
-			return claimOutcome{}, false
-		case <-t.C:
 		}
 		pause = min(2*pause, 250*time.Millisecond)
 		o := a.claimKey()
@@ -251,6 +245,34 @@ func (a *attempt) wait() (claimOutcome, bool) {
 			// which is 422 however long one waits.
 			return o, true
 		}
+	}
+}
+
+// pause waits, at most left, for the key's first request to end: on the
+// store when it can wait on it, else for pause. It reports false when the
+// request's context ended.
+func (a *attempt) pause(left, pause time.Duration) bool {
+	m := a.h.m
+	if w, ok := m.store.(store.Waiter); ok {
+		ctx, cancel := context.WithTimeout(a.r.Context(), left)
+		waited, err := w.Wait(ctx, a.skey, a.claim)
+		cancel()
+		if a.r.Context().Err() != nil {
+			return false
+		}
+		if waited || err != nil {
+			// Woken (or the store failed: the claim that follows says
+			// how it stands).
+			return true
+		}
+	}
+	t := time.NewTimer(min(pause, left))
+	defer t.Stop()
+	select {
+	case <-a.r.Context().Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -99,6 +99,20 @@ type TxStore interface {
 	Begin(ctx context.Context) (Tx, error)
 }
 
+// Waiter is a Store that can wait for a key's first request to end
+// without polling: the middleware's bounded wait (WithWait) uses it, when
+// the store has it, to answer a repeat the moment the first request's
+// record is kept or its claim released, on any instance.
+type Waiter interface {
+	// Wait returns true when the request that held key for c's
+	// fingerprint has ended, or the wait's time (ctx) is up; the caller
+	// then claims again to learn what became of the key. It returns
+	// false, at once, when the key is not held in a way it can wait on
+	// (the caller then polls), and an error wrapping ErrUnavailable when
+	// the backend fails.
+	Wait(ctx context.Context, key string, c Claim) (bool, error)
+}
+
 // Tx is the transaction a claimed request's handler runs in. Exactly one of
 // Commit and Rollback is called, once.
 type Tx interface {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkey/idemkey/internal/pgtest"
 	"github.com/idemkey/idemkey/middleware"
@@ -198,5 +199,122 @@ func TestPoolExhaustedIsReported(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no store-error event with ErrPoolExhausted among %v", events)
+	}
+}
+
+// TestNewRefusesLocksThatAreNotReal: a server whose advisory lock
+// functions answer true whatever holds the lock (as CockroachDB's do) is
+// refused at New: stood in for here by functions of that name that come
+// before pg_catalog in the search path.
+func TestNewRefusesLocksThatAreNotReal(t *testing.T) {
+	pool := sharedPool(t)
+	ctx := context.Background()
+	_, table := newStore(t, pool)
+	schema := "idemkey_fake_" + strings.TrimPrefix(table, "idemkey_test_")
+	q := pgx.Identifier{schema}.Sanitize()
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+q+"; CREATE FUNCTION "+q+".pg_try_advisory_xact_lock(bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true'"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), "DROP SCHEMA "+q+" CASCADE") })
+	cfg := pool.Config()
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema + ", pg_catalog, public"
+	fake, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	_, err = postgres.New(ctx, fake, postgres.WithTable(table), postgres.WithSweepInterval(0))
+	if !errors.Is(err, postgres.ErrLocksNotReal) {
+		t.Fatalf("New on a server whose locks are not real: %v, want ErrLocksNotReal", err)
+	}
+}
+
+// TestWaitWakesWhenTheOwnerEnds: a repeat that waits on the first
+// request's transaction is woken the moment it commits, or rolls back,
+// without polling; a key no transaction holds is not waited on.
+func TestWaitWakesWhenTheOwnerEnds(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	ctx := context.Background()
+	for _, commit := range []bool{true, false} {
+		key, c := newKey(), newClaim(1)
+		tx := claimTx(t, st, key, c, store.Claimed)
+		if err := pay.insert(tx.NewContext(ctx), key, "first"); err != nil {
+			t.Fatal(err)
+		}
+		woke := make(chan time.Time, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if ok, err := st.Wait(wctx, key, newClaim(1)); !ok || err != nil {
+				t.Errorf("wait: %v %v, want woken", ok, err)
+			}
+			woke <- time.Now()
+		}()
+		// The waiter is parked on the owner's lock (pg_locks shows it
+		// waiting) before the owner ends.
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			var waiting int
+			pool.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").Scan(&waiting)
+			if waiting > 0 {
+				break
+			}
+		}
+		select {
+		case <-woke:
+			t.Fatal("the waiter returned while the owner still ran")
+		default:
+		}
+		var ended time.Time
+		if commit {
+			if err := tx.Commit(ctx, record("paid", 1), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ended = time.Now()
+		t.Logf("commit %v: woken %v after the owner's end returned", commit, (<-woke).Sub(ended))
+		want := store.Completed
+		if !commit {
+			want = store.Claimed
+		}
+		res, again, err := st.ClaimTx(ctx, key, newClaim(1))
+		if err != nil || res.State != want {
+			t.Fatalf("commit %v: the claim after waking: %v %v, want %v", commit, res.State, err, want)
+		}
+		if again != nil {
+			again.Rollback(ctx)
+		}
+	}
+	if ok, err := st.Wait(ctx, newKey(), newClaim(1)); ok || err != nil {
+		t.Errorf("wait on a key nobody holds: %v %v, want false at once", ok, err)
+	}
+}
+
+// TestMiddlewareWaitReplays: with WithWait, a repeat sent while the first
+// request runs is answered with the first answer as soon as it commits,
+// not 409.
+func TestMiddlewareWaitReplays(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	h := &payHandler{pay: pay, by: "h", block: make(chan struct{}), inserted: make(chan uint32, 1)}
+	srv := server(t, st, h, 10*time.Second, middleware.WithWait(5*time.Second))
+	key := newKey()
+	first := make(chan answer, 1)
+	go func() { first <- post(client, srv.URL, key, "X-Block", "1") }()
+	<-h.inserted
+	second := make(chan answer, 1)
+	go func() { second <- post(client, srv.URL, key, "X-Block", "1") }()
+	time.Sleep(50 * time.Millisecond) // let the repeat reach its wait
+	close(h.block)
+	a, b := <-first, <-second
+	if a.status != 201 || b.status != 201 || !b.replayed || a.body != b.body {
+		t.Fatalf("first %d %q, repeat %d (replayed %v) %q: want the repeat to replay the first", a.status, a.body, b.status, b.replayed, b.body)
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("%d runs", n)
 	}
 }

@@ -101,3 +101,34 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table pgx.Identifier) e
 	}
 	return fmt.Errorf("idemkey: postgres: checking table %s: %w", name, err)
 }
+
+// ErrLocksNotReal is what New returns for a server whose advisory locks
+// only look like PostgreSQL's: a lock taken is not held (CockroachDB
+// answers pg_try_advisory_lock true whatever holds it). The store's claim
+// is such a lock, so it would let every request run.
+var ErrLocksNotReal = errors.New("idemkey: postgres: this server's advisory locks are not real (a lock taken is not listed as held in pg_locks): the store cannot claim keys on it")
+
+// checkLocksSQL takes a transaction-scoped advisory lock and reports
+// whether the server lists it as held by this session.
+const checkLocksSQL = `SELECT pg_try_advisory_xact_lock($1::bigint) AND EXISTS (
+    SELECT FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.granted AND l.objsubid = 1
+      AND l.classid = (($1::bigint >> 32) & 4294967295)::oid AND l.objid = ($1::bigint & 4294967295)::oid)`
+
+// checkLocks fails with ErrLocksNotReal unless a transaction-scoped
+// advisory lock the store takes is really held: listed in pg_locks for
+// the session that took it, until its transaction ends. It runs one
+// statement, in a transaction of its own, so that it holds nothing after.
+func checkLocks(ctx context.Context, pool *pgxpool.Pool) error {
+	var real bool
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, checkLocksSQL, int64(migrateLock)+1).Scan(&real)
+	})
+	if err != nil {
+		return fmt.Errorf("idemkey: postgres: checking the server's advisory locks: %w", err)
+	}
+	if !real {
+		return ErrLocksNotReal
+	}
+	return nil
+}

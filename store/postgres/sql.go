@@ -156,12 +156,15 @@ SELECT CASE WHEN n = 1 THEN true
     ELSE ('idemkey: the claim is no longer this request''s, or its life is over; rolling back (' || n || ' rows kept)')::boolean END
 FROM (SELECT count(*) AS n FROM kept) k`
 
-	// waitSQL waits up to $2 milliseconds (text) for the key's lock ($1)
-	// to be free, and lets go of it at once: it wakes the moment the
-	// transaction that holds it commits or rolls back. It fails with
+	// waitSQL waits up to $2 milliseconds (text) for the lock $1 to be
+	// free, and lets go of it at once: it wakes the moment the transaction
+	// that holds it commits or rolls back. It answers false, without
+	// waiting, when the lock is free already (no transaction holds it),
+	// and true once it was held and is free; it fails with
 	// lock_not_available (55P03) when the time is up.
-	waitSQL = `SELECT CASE WHEN set_config('lock_timeout', $2, true) IS NOT NULL
-    THEN pg_advisory_xact_lock_shared($1::bigint) IS NOT NULL END`
+	waitSQL = `SELECT CASE WHEN pg_try_advisory_xact_lock_shared($1::bigint) THEN false
+    WHEN set_config('lock_timeout', $2, true) IS NOT NULL THEN pg_advisory_xact_lock_shared($1::bigint) IS NOT NULL
+    END`
 
 	// heldSQL reports whether the claim held by $2 is committed and in
 	// flight: after the handler ended the request's transaction itself,

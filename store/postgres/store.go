@@ -77,6 +77,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	if err := checkTable(ctx, pool, cfg.table); err != nil {
 		return nil, err
 	}
+	if err := checkLocks(ctx, pool); err != nil {
+		return nil, err
+	}
 	s := &Store{
 		pool:          pool,
 		sql:           newStatements(cfg.table),

@@ -498,3 +498,36 @@ func (t *requestTx) rollback(ctx context.Context) error {
 	t.giveBack()
 	return nil
 }
+
+var _ store.Waiter = (*Store)(nil)
+
+// Wait waits for the transaction that holds key for c's request to end
+// (its record kept and committed, or rolled back), on any instance, by
+// waiting on that transaction's lock: it wakes the moment the owner's
+// transaction ends, without polling. It holds a pool connection while it
+// waits, until ctx ends at the latest. It returns false at once when no
+// transaction holds the key for c's request (a claim committed in flight,
+// which only its end of life or its owner settles: poll it).
+func (s *Store) Wait(ctx context.Context, key string, c store.Claim) (bool, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Minute)
+	}
+	left := time.Until(deadline)
+	if left <= 0 {
+		return true, nil
+	}
+	_, l2 := s.locks(key, c.Fingerprint)
+	var waited bool
+	err := s.pool.QueryRow(ctx, waitSQL, l2, timeoutText(left)).Scan(&waited)
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "55P03" {
+		return true, nil // the time is up
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return true, nil
+		}
+		return false, unavailable("wait", err)
+	}
+	return waited, nil
+}
