@@ -9,7 +9,7 @@
 //
 //	pool, err := pgxpool.New(ctx, "postgres://app@db/app?pool_max_conns=64")
 //	err = postgres.Migrate(ctx, pool)           // or apply postgres.SchemaSQL with your migration tool
-//	st, err := postgres.New(ctx, pool)          // checks the table; starts the sweeper
+//	st, err := postgres.New(ctx, pool)          // checks the table and the server; starts the sweeper
 //	defer st.Close()
 //	idem, err := middleware.New(st)
 //	r.With(idem.Required()).Post("/payments", createPayment)
@@ -27,107 +27,137 @@
 // The one rule for handlers: write through the request's transaction
 // (Tx). A write made through the pool directly commits on its own, outside
 // the request's transaction, and a retry after a crash can repeat it.
-// The handler never commits or rolls back: a kept status (2xx, 3xx, 4xx
-// but 408, 409, 425, 429) commits, with the record, before the response
-// goes out; a 5xx or a panic rolls back and frees the key. A COMMIT that
-// fails, or whose reply is lost, answers 503: the retry then replays the
-// record if it committed, or runs again if it did not. On such a route a
-// flush is the commit (the record, with the body omitted, commits before
+// Every covered request has one: on a route where the key is optional, a
+// request without a key runs in a transaction too (its writes commit
+// before the response goes out; nothing is kept), so the handler above is
+// safe on Required and Optional routes alike.
+//
+// The handler never commits or rolls back: a kept status commits, with
+// the record, before the response goes out; a 5xx, a transient 4xx (408,
+// 409, 425, 429) or a panic rolls back and frees the key. A kept 4xx (400,
+// 404, 422, ...) keeps its answer and undoes the handler's writes, rolling
+// back to a savepoint taken before the handler ran, since clients read a
+// 4xx as "nothing happened" (WithClientErrorWrites keeps them). A COMMIT
+// that fails, or whose reply is lost, answers 503: the retry then replays
+// the record if it committed, or runs again if it did not. On such a route
+// a flush is the commit (the record, with the body omitted, commits before
 // the first byte goes out), and the transaction refuses statements after
 // it: read the rows you stream before you flush.
 //
 // Helpers that take a *pgx.Conn get Tx(ctx).Conn(): statements run on it
 // are in the transaction, and it is closed (not pooled) when the request
-// ends. Never begin a transaction on it (conn.Begin, pgx.BeginFunc(ctx,
-// conn, ...)): PostgreSQL ignores that BEGIN, and the COMMIT after it
-// commits the request's transaction early. Pass the pgx.Tx instead, whose
-// Begin is a savepoint. When the middleware finds the transaction ended
-// that way, the writes may be committed: a kept answer is still kept (in a
-// transaction of its own), and after a 5xx or a panic the key is not freed
-// but held in flight for 24 hours (repeats get 409; idemctl delete frees
-// it), so that a retry cannot make the writes twice. A hijacked connection
-// rolls the transaction back: do not hijack on a transactional route.
+// ends. Never begin or commit a transaction on it (conn.Begin,
+// pgx.BeginFunc(ctx, conn, ...)): PostgreSQL ignores that BEGIN, and the
+// COMMIT after it commits the request's transaction early. Pass the pgx.Tx
+// instead, whose Begin is a savepoint. When the handler commits the
+// request's transaction itself anyway, its claim commits with its writes:
+// a kept answer is still kept (in a statement of its own), and after a 5xx
+// or a panic the key stays held for 24 hours (repeats get 409; idemctl
+// delete frees it), so that a retry cannot make the writes twice. A
+// handler that rolls it back itself takes its claim with it: the key is
+// free, and the answer is 503. A hijacked connection rolls the transaction
+// back: do not hijack on a transactional route. pgx may add methods to
+// pgx.Tx in a minor release; the transaction Tx returns implements the
+// interface at the pgx version in go.mod, and a newer pgx that adds one
+// fails to build against it rather than misbehave.
 //
 // The Store is a plain store.Store too (Claim, Complete, Release, Extend:
 // one statement and one round trip each), for services that want durable
 // records without Redis; the middleware uses the transactional flow
 // (ClaimTx) whenever the store has it.
 //
-// # The table
+// # What a claim holds
 //
-// One row per idempotency key (SchemaSQL): the store key (a digest, never
-// the raw key), the owner token, the fingerprint, when it was claimed and
-// when it expires (both on the database's clock, so instances whose clocks
-// disagree still agree), the advisory lock of a transactional claim, and
-// the kept response (NULL while in flight). Migrate creates it for services
-// without a migration tool; with goose, golang-migrate or Atlas, put
-// SchemaSQL (or what Schema returns for another name) in a migration of
-// your own. New fails with a message saying so when the table is missing.
+// BEGIN and the claim go out in one round trip, and the claim holds only
+// what ends with that transaction: two transaction-scoped advisory locks,
+// on a hash of the table and key and on one of the key with the request's
+// fingerprint, and the claim's row, not yet committed. A repeat finds the
+// key's lock taken: when the second lock is taken too it is a repeat of
+// the running request (409), else the key is held for another request
+// (422). Nothing of a claim is held in a session, so the store works the
+// same connected directly and behind a pooler in transaction mode, and
+// when a request ends nothing of it is left on the server.
+//
+// A dead owner's transaction ends with its connection (a killed process,
+// a dropped connection, pg_terminate_backend), and its locks and its
+// uncommitted row with it: the next request claims the key at once. A live
+// owner's transaction ends at its claim's life (the route's deadline plus
+// middleware.ClaimMargin) at the latest: the claim sets statement_timeout
+// and idle_in_transaction_session_timeout to that life for its
+// transaction, the store closes the connection when the life is over, and
+// the keep is fenced by the life on the database's clock, so a late commit
+// never lands (the owner's client gets 503; the retry runs again, once). A
+// client that vanishes without closing its connection (a machine powered
+// off, a partition) keeps its transaction until the server notices: set
+// tcp_keepalives_idle on the server.
+//
+// Every isolation level works (WithTxOptions): the claim is the
+// transaction's first statement, and a claim that meets a record committed
+// after its snapshot begins again (under REPEATABLE READ and SERIALIZABLE
+// the INSERT reports it as a serialization failure), so the record is
+// replayed, never run again. Under SERIALIZABLE, the commit may also fail
+// with a serialization error of the handler's own making: the client gets
+// 503 and its retry runs again.
+//
+// # How PostgreSQL is reached
+//
+//	direct connection            works
+//	pooler in session mode       works
+//	pooler in transaction mode   works (PgBouncer pool_mode=transaction, hosted poolers); see below
+//	pooler in statement mode     does not: a multi-statement transaction is refused
+//
+// Behind a transaction-mode pooler without support for prepared statements
+// (PgBouncer before 1.21, or max_prepared_statements = 0), connect pgx
+// with default_query_exec_mode=exec, cache_describe, describe_exec or
+// simple_protocol (in the URL, or pgx.ConnConfig.DefaultQueryExecMode):
+// its default, cache_statement, names prepared statements on a server
+// connection another client then gets. With those modes the store names no
+// prepared statement either; it takes no session lock and sets nothing for
+// a session: every setting is local to a transaction. Each request's transaction holds one
+// of the pooler's server connections for its handler's whole run: size the
+// pooler's pool as the store's (below). A pooler that multiplexes the
+// transaction's statements across server connections is not supported.
 //
 // # Statements and round trips
 //
 //	path                                  round trips
-//	Claim / ClaimTx: first run             1  INSERT ... ON CONFLICT DO NOTHING, and the row that took the key
-//	Claim / ClaimTx: replay, in flight     1  the same statement
-//	claim of a lapsed row, or of a key     2  the same, then UPDATE ... WHERE token = <the old one>
-//	  whose owner's session is gone
-//	handler's first statement              1  BEGIN goes in the same pipeline
-//	Tx.Commit                              1  pipeline: fenced UPDATE (which unlocks), COMMIT
-//	Tx.Rollback                            1  pipeline: ROLLBACK, DELETE of the claim, pg_advisory_unlock
+//	ClaimTx: first run                     1  BEGIN, the claim (one INSERT ... ON CONFLICT that looks at the row and takes the locks), SAVEPOINT
+//	handler's statements                   1 each
+//	Tx.Commit                              1  pipeline: the fenced UPDATE that keeps the record, COMMIT
+//	Tx.Rollback                            1  ROLLBACK
+//	ClaimTx: replay, in flight             1  the same pipeline; its ROLLBACK is sent after, not waited for
+//	claim of a lapsed row                  1  the same statement takes it over
+//	Claim (plain): first run, replay       1
 //	Complete, Release, Extend              1
 //	Sweep                                  1 per batch
 //
-// A claim's INSERT and its SELECT run on one snapshot: when two requests
-// claim a key at the same moment and the other's INSERT commits after this
-// statement's snapshot was taken, the INSERT waits for it and does
-// nothing, and the SELECT cannot see its row. The statement then returns
-// no row, and the store runs it again (one more round trip, only for
-// requests that race on one key).
+// A transactional first run therefore costs three round trips and one
+// transaction, as few as the same handler with a transaction of its own.
+// Two claims racing on one key, one of them meeting a record committed
+// after its snapshot, cost that one another round trip.
 //
-// A transactional first run therefore costs three round trips (claim,
-// the handler's statement with BEGIN, the commit), as many as the same
-// handler with a transaction of its own (BEGIN, its statement, COMMIT).
+// # What is checked at New
 //
-// # Crash takeover
-//
-// ClaimTx takes a pooled connection and keeps it for the request. The
-// claim commits on its own (other requests must see the key in flight) and
-// takes a session advisory lock on a random id stored in the row, inside
-// the statement that inserts it: there is no moment when the row is
-// visible and its lock free while its owner lives. The owner holds the
-// lock until its transaction has committed or rolled back. A claim that
-// finds the key in flight tries that lock without waiting: when it gets
-// it (and lets it go at once), the owner's session is gone, so its
-// transaction rolled back with it, and the key is taken over at once, not
-// when its life ends. A killed process, a dropped connection and
-// pg_terminate_backend all end the session; a client killed by SIGKILL is
-// taken over within milliseconds. A live owner's claim is taken over only
-// when its life (the route's deadline plus middleware.ClaimMargin) has
-// ended; its late commit then finds another token on the row, keeps
-// nothing and rolls back.
-//
-// The takeover relies on the owner's session ending with it: connect
-// directly, or through a pooler in session mode. Behind a pooler in
-// transaction mode (PgBouncer pool_mode=transaction, and proxies that
-// multiplex the same way) session locks do not follow the request, and a
-// probe could find a live owner's lock free: do not use ClaimTx there.
-// A client that vanishes without closing its connection (a machine
-// powered off, a network partition) keeps its session, and its lock, until
-// the server notices: set tcp_keepalives_idle and
-// idle_in_transaction_session_timeout on the server, or the claim is taken
-// over only when its life ends.
+// That the table exists with the schema's columns, and that the server's
+// advisory locks are real: a transaction-scoped lock the store takes must
+// be listed as held in pg_locks. CockroachDB answers pg_try_advisory_lock
+// true whatever holds the lock, and is refused with ErrLocksNotReal.
+// YugabyteDB has real advisory locks from 2.25 (behind a flag), and is not
+// tested here. New also warns, through log/slog's default logger, when the
+// pool is smaller than 10 connections.
 //
 // # Time budgets and errors
 //
 // Every Claim, ClaimTx (the wait for a free connection included),
-// Complete, Release and Extend is bounded by WithCallTimeout (300 ms by
-// default), Commit and Rollback by WithCommitTimeout (1 s); the handler's
-// statements by the handler's context, which the middleware ends at the
-// route's deadline. At the deadline pgx closes the connection, which ends
-// the session on the server. Every backend failure wraps
-// store.ErrUnavailable, and the middleware answers 503. A statement that
-// fails because its pooled connection died (the server restarted) runs
-// again on another; every statement is safe to run twice.
+// Complete, Release, Extend and Begin is bounded by WithCallTimeout (300
+// ms by default), Commit and Rollback by WithCommitTimeout (1 s); the
+// handler's statements by the handler's context, which the middleware ends
+// at the route's deadline. At the deadline pgx closes the connection,
+// which ends the transaction on the server. Every backend failure wraps
+// store.ErrUnavailable, and the middleware answers 503; a claim that found
+// no free connection also wraps ErrPoolExhausted. A statement that fails
+// because its pooled connection died (the server restarted) runs again on
+// another; every statement is safe to run twice.
 //
 // A call that ran out of time may still take effect: a commit sent to a
 // server that then stalled can run when it resumes. The client got 503;
@@ -139,14 +169,27 @@
 // its commit: for its handler's whole run. Size the pool (pgxpool's
 // MaxConns, pool_max_conns in the URL; its default is 4 or the number of
 // CPUs) for the requests served at once, plus what other code uses, and
-// keep it under the server's max_connections across every instance. A
-// request that finds no free connection within the call's budget is
-// answered 503 and its handler does not run. Replays and 409 answers hold
-// a connection only for their one statement. A handler that reads through
-// the pool while it holds the request's transaction needs a second
-// connection: at full load every connection is held by a handler waiting
-// for another, until their deadlines end them. Read through the request's
-// transaction too, or from a pool of its own.
+// keep it under the server's max_connections (or the pooler's pool size)
+// across every instance. A request that finds no free connection within
+// the call's budget is answered 503 and its handler does not run. Replays
+// and 409 answers hold a connection for their one round trip and the
+// ROLLBACK after it; a repeat waiting with middleware.WithWait holds one
+// while it waits. A handler that reads through the pool while it holds the
+// request's transaction needs a second connection: at full load every
+// connection is held by a handler waiting for another, until their
+// deadlines end them. Read through the request's transaction too, or from
+// a pool of its own.
+//
+// # Upgrading from a version with session locks
+//
+// Earlier versions committed a transactional claim as a row with a lock id
+// and held a session advisory lock on it. The schema is unchanged, so old
+// and new instances can run side by side during a rolling upgrade, and no
+// key runs twice: a new instance answers an old instance's committed claim
+// in flight until its life ends (it no longer takes over a gone owner's
+// claim early), and an old instance that meets a new instance's
+// uncommitted claim waits for its transaction (its claim's budget, then
+// 503) and then finds the record or the key free.
 //
 // # Expiry
 //
