@@ -64,16 +64,10 @@ func (m *Middleware) bodyTimeout(r *http.Request) time.Duration {
 // SetReadDeadline. (Asking first spares the error the controller makes for
 // a writer that cannot.)
 func canSetReadDeadline(w http.ResponseWriter) bool {
-	for {
-		switch t := w.(type) {
-		case interface{ SetReadDeadline(time.Time) error }:
-			return true
-		case interface{ Unwrap() http.ResponseWriter }:
-			w = t.Unwrap()
-		default:
-			return false
-		}
-	}
+	return reaches(w, func(w http.ResponseWriter) bool {
+		_, ok := w.(interface{ SetReadDeadline(time.Time) error })
+		return ok
+	})
 }
 
 // readInto reads all of body into buf, up to limit bytes, growing buf only

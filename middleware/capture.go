@@ -263,32 +263,38 @@ func (c *capture) FlushError() error {
 }
 
 // canFlush reports whether http.ResponseController can flush w: w, or a
-// writer its Unwrap chain reaches, has FlushError or Flush.
+// writer its Unwrap chain reaches, is an http.Flusher or has FlushError.
 func canFlush(w http.ResponseWriter) bool {
-	for {
-		switch t := w.(type) {
+	return reaches(w, func(w http.ResponseWriter) bool {
+		switch w.(type) {
 		case interface{ FlushError() error }, http.Flusher:
 			return true
-		case interface{ Unwrap() http.ResponseWriter }:
-			w = t.Unwrap()
-		default:
-			return false
 		}
-	}
+		return false
+	})
 }
 
 // canHijack reports whether http.ResponseController can hijack w: w, or
 // a writer its Unwrap chain reaches, is an http.Hijacker.
 func canHijack(w http.ResponseWriter) bool {
+	return reaches(w, func(w http.ResponseWriter) bool {
+		_, ok := w.(http.Hijacker)
+		return ok
+	})
+}
+
+// reaches reports whether w, or a writer its Unwrap chain reaches (the
+// chain http.ResponseController walks), satisfies has.
+func reaches(w http.ResponseWriter, has func(http.ResponseWriter) bool) bool {
 	for {
-		switch t := w.(type) {
-		case http.Hijacker:
+		if has(w) {
 			return true
-		case interface{ Unwrap() http.ResponseWriter }:
-			w = t.Unwrap()
-		default:
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
 			return false
 		}
+		w = u.Unwrap()
 	}
 }
 

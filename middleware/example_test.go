@@ -94,7 +94,7 @@ func Example_serveMux() {
 		w.WriteHeader(http.StatusCreated)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("POST /payments", idem.Required(middleware.Deadline(10e9))(create))
+	mux.Handle("POST /payments", idem.Required(middleware.Deadline(10*time.Second))(create))
 	h := demoAuth(mux)
 
 	send(h, "k-1", `{"amount":10}`)

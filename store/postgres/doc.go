@@ -108,10 +108,14 @@
 //
 // Behind a transaction-mode pooler without support for prepared statements
 // (PgBouncer before 1.21, or max_prepared_statements = 0), connect pgx
-// with default_query_exec_mode=exec, cache_describe, describe_exec or
-// simple_protocol (in the URL, or pgx.ConnConfig.DefaultQueryExecMode):
-// its default, cache_statement, names prepared statements on a server
-// connection another client then gets. With those modes the store names no
+// with default_query_exec_mode=exec, cache_describe or simple_protocol (in
+// the URL, or pgx.ConnConfig.DefaultQueryExecMode). Its default,
+// cache_statement, names prepared statements on a server connection
+// another client then gets ("prepared statement ... already exists"), and
+// describe_exec fails under concurrency (its describe and its execute are
+// two round trips, which may reach two server connections: "bind message
+// supplies 1 parameters, but prepared statement "" requires 3"); both were
+// seen through PgBouncer 1.18. With those modes the store names no
 // prepared statement either; it takes no session lock and sets nothing for
 // a session: every setting is local to a transaction. Each request's transaction holds one
 // of the pooler's server connections for its handler's whole run: size the
