@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkey/idemkey/internal/pgtest"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/postgres"
@@ -167,7 +166,7 @@ func httptestServer(t *testing.T, h http.Handler) string {
 // request; the next request is answered 503 with a detail that does not
 // blame its key, and the event carries the cause, ErrPoolExhausted.
 func TestPoolExhaustedIsReported(t *testing.T) {
-	pool := newPool(t, pgtest.Shared(t), 1)
+	pool := newPool(t, sharedURL(t), 1)
 	st, table := newStore(t, pool, postgres.WithCallTimeout(200*time.Millisecond))
 	pay := newPayments(t, sharedPool(t), table)
 	var mu sync.Mutex

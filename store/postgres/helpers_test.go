@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,7 +42,88 @@ func newPool(t testing.TB, url string, maxConns int32) *pgxpool.Pool {
 // for the other packages' tests that run at the same time.
 func sharedPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	return newPool(t, pgtest.Shared(t), 40)
+	return newPool(t, sharedURL(t), 40)
+}
+
+// sharedURL returns the shared server's URL (DATABASE_URL, or the local
+// one), skipping the test without one (failing it under CI); through a
+// pooler for a test that runs through one (TestThroughPgBouncer).
+func sharedURL(t testing.TB) string {
+	t.Helper()
+	return route(t, pgtest.Shared(t))
+}
+
+// pooledTest prefixes the names of the tests run through a
+// transaction-mode pooler.
+const pooledTest = "TestThroughPgBouncer/"
+
+var (
+	routesMu sync.Mutex
+	routes   = map[string]string{} // test name and server URL: the pooler's URL
+)
+
+// route returns url, or, for a test run through the pooler, the URL of a
+// transaction-mode PgBouncer of the test's own in front of it (one per test
+// and server), with pgx's exec mode set to one that works there. When the
+// test ends, it checks on the server itself that no session advisory lock
+// is left.
+func route(t testing.TB, url string) string {
+	t.Helper()
+	if !strings.HasPrefix(t.Name(), pooledTest) {
+		return url
+	}
+	routesMu.Lock()
+	defer routesMu.Unlock()
+	id := t.Name() + " " + url
+	if u, ok := routes[id]; ok {
+		return u
+	}
+	for _, u := range routes {
+		if u == url {
+			return url // routed already
+		}
+	}
+	// A client queued for a server connection waits query_wait_timeout
+	// (120 s by default) while the server is down, and pgx's close of a
+	// connection whose call timed out waits for the pooler to answer:
+	// 2 s keeps the fault tests' pools from holding such connections for
+	// long.
+	b := pgtest.StartPgBouncer(t, url, pgtest.PoolSize(20), pgtest.PgBouncerSetting("query_wait_timeout", "2"))
+	u := b.URL + "&default_query_exec_mode=exec"
+	routes[id] = u
+	t.Cleanup(func() {
+		routesMu.Lock()
+		delete(routes, id)
+		routesMu.Unlock()
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			return
+		}
+		cfg.MaxConns = 1
+		direct, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			return
+		}
+		defer direct.Close()
+		if n, err := sessionLocksOn(direct); err == nil && n != 0 {
+			t.Errorf("%d session advisory locks held on the server behind the pooler after the test", n)
+		} else if err == nil {
+			t.Logf("behind the pooler: no session advisory lock held after the test")
+		}
+	})
+	return u
+}
+
+// backendPID returns the process id of the server backend that runs the
+// request's transaction in ctx (through a pooler, the client's own PID is
+// the pooler's).
+func backendPID(t testing.TB, ctx context.Context) uint32 {
+	t.Helper()
+	var pid uint32
+	if err := postgres.Tx(ctx).QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }
 
 // newTable creates a table of the test's own, with a random name, and
@@ -134,7 +217,7 @@ func sessionLocksOn(pool *pgxpool.Pool) (int, error) {
 	defer cancel()
 	var n int
 	err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.granted AND a.xact_start IS NULL
+WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND a.xact_start IS NULL
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n)
 	return n, err
 }

@@ -39,7 +39,7 @@ func TestInspectDeleteStats(t *testing.T) {
 	if err != nil || !ok || rw.State != store.InFlight || !rw.Transactional || rw.OwnerGone || rw.Record != nil || rw.CreatedAt.IsZero() {
 		t.Fatalf("a live claim: %+v %v %v", rw, ok, err)
 	}
-	pid := postgres.Tx(tx.NewContext(ctx)).Conn().PgConn().PID()
+	pid := backendPID(t, tx.NewContext(ctx))
 	var killed bool
 	pool.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", int32(pid)).Scan(&killed)
 	if rw, ok, _ = st.Inspect(ctx, live); ok {

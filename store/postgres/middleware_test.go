@@ -65,7 +65,14 @@ func (h *payHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.inserted != nil {
-		h.inserted <- tx.Conn().PgConn().PID()
+		// The server's process id (through a pooler, the client's is the
+		// pooler's).
+		var pid uint32
+		if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		h.inserted <- pid
 	}
 	if h.after != nil {
 		h.after()
@@ -335,7 +342,7 @@ func TestMiddlewareFlush(t *testing.T) {
 // one database; 150 keys are sent 8 times each (4 to each process,
 // shuffled, 32 at a time): each key is paid exactly once.
 func TestMiddlewareTwoProcesses(t *testing.T) {
-	url := pgtest.Shared(t)
+	url := sharedURL(t)
 	pool := newPool(t, url, 8)
 	_, table := newStore(t, pool)
 	pay := newPayments(t, pool, table)
@@ -413,7 +420,7 @@ func TestMiddlewareTwoProcesses(t *testing.T) {
 // once (the claim's life is 35 s), and its payment is the only one. The
 // takeover time is measured from the signal to the retry's answer.
 func TestMiddlewareCrash(t *testing.T) {
-	url := pgtest.Shared(t)
+	url := sharedURL(t)
 	pool := newPool(t, url, 8)
 	st, table := newStore(t, pool)
 	h := &payHandler{pay: newPayments(t, pool, table), by: "survivor"}

@@ -20,7 +20,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkey/idemkey/internal/pgtest"
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/postgres"
 )
@@ -167,7 +166,7 @@ func TestHelperProcess(t *testing.T) {
 // the claim's life (an hour) ends, and its payment is the only one. The
 // takeover time is measured from the signal to the retry's claim.
 func TestCrashKilledOwnerIsTakenOver(t *testing.T) {
-	url := pgtest.Shared(t)
+	url := sharedURL(t)
 	pool := newPool(t, url, 8)
 	st, table := newStore(t, pool)
 	pay := newPayments(t, pool, table)
@@ -223,7 +222,7 @@ func TestCrashKilledOwnerIsTakenOver(t *testing.T) {
 // send 150 keys 8 times each (4 from each process, shuffled, 32 at a time
 // in each): every key is paid exactly once.
 func TestTwoProcessesRunEachKeyOnce(t *testing.T) {
-	url := pgtest.Shared(t)
+	url := sharedURL(t)
 	pool := newPool(t, url, 8)
 	_, table := newStore(t, pool)
 	pay := newPayments(t, pool, table)

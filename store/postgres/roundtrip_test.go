@@ -20,7 +20,7 @@ import (
 // proxy that counts round trips.
 func proxied(t *testing.T) (*pgxpool.Pool, *pgtest.Proxy) {
 	t.Helper()
-	url := pgtest.Shared(t)
+	url := sharedURL(t)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +222,7 @@ func TestRoundTrips(t *testing.T) {
 		res, tx, err := side.ClaimTx(ctx, k, newClaim(1))
 		state(res, err, store.Claimed)
 		tctx := tx.NewContext(ctx)
-		pid := postgres.Tx(tctx).Conn().PgConn().PID()
+		pid := backendPID(t, tctx)
 		var ok bool
 		must(other.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", int32(pid)).Scan(&ok))
 		t.Cleanup(func() { tx.Rollback(ctx) })

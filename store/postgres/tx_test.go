@@ -335,7 +335,7 @@ func TestTxTerminatedOwnerIsTakenOver(t *testing.T) {
 	if err := pay.insert(ctxA, key, "terminated"); err != nil {
 		t.Fatal(err)
 	}
-	pid := postgres.Tx(ctxA).Conn().PgConn().PID()
+	pid := backendPID(t, ctxA)
 	var ok bool
 	// Wait (up to 5 s) until the backend has exited.
 	if err := pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1, 5000)", int32(pid)).Scan(&ok); err != nil || !ok {
@@ -418,7 +418,7 @@ func TestTxOwnerGone(t *testing.T) {
 
 	key, c := newKey(), newClaim(1)
 	first := claimTx(t, st, key, c, store.Claimed)
-	pid := postgres.Tx(first.NewContext(ctx)).Conn().PgConn().PID()
+	pid := backendPID(t, first.NewContext(ctx))
 	var ok bool
 	if err := pool.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", int32(pid)).Scan(&ok); err != nil || !ok {
 		t.Fatalf("pg_terminate_backend: %v %v", ok, err)
