@@ -178,6 +178,14 @@
 // record lost in a failover leaves the key free, or in flight until the
 // claim's life ends, and a retry runs the handler again.
 //
+// # Tests in testing/synctest bubbles
+//
+// A Store may be used inside testing/synctest bubbles. A Store made inside
+// a bubble belongs to that bubble, as its go-redis client does: use it
+// there only. A Store made outside every bubble may be used in any number
+// of them, one after the other or at once; each call made in a bubble then
+// has its time budget on the bubble's clock.
+//
 // # When complete fails
 //
 // If the store fails while the record is being kept (the server went away

@@ -34,7 +34,7 @@ func newConfig(opts []Option) (config, error) {
 // WithCallTimeout sets the time budget of every store call (Claim, Complete,
 // Release, Extend, and each step of Check): the call returns an error
 // wrapping store.ErrUnavailable once d has passed (at most 5 ms later: the
-// calls of a process share one timer per 5 ms slot instead of one each),
+// calls of a Store share one timer per 5 ms slot instead of one each),
 // however many times go-redis retries and even when the server hangs. The
 // caller's context applies instead when its deadline is sooner, so a
 // caller that bounds a request's store calls with one deadline pays for no

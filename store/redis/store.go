@@ -51,6 +51,7 @@ type Store struct {
 	wait        int
 	waitTimeout time.Duration
 	evictWarn   bool
+	clock       *slotClock // the shared deadlines of this Store's calls
 }
 
 var (
@@ -97,6 +98,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 		wait:        cfg.waitReplicas,
 		waitTimeout: cfg.waitTimeout,
 		evictWarn:   cfg.evictionWarn,
+		clock:       newSlotClock(),
 	}, nil
 }
 
@@ -173,7 +175,7 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	}
 	now := s.now()
 	val := encodeInFlight(c.Token, c.Fingerprint, now, now.Add(time.Duration(ttl)*time.Millisecond))
-	bctx := clock.budget(ctx, s.timeout)
+	bctx := s.clock.budget(ctx, s.timeout)
 	cmd := goredis.NewStringCmd(bctx, "set", key, val, "px", ttl, "nx", "get")
 	err = s.exec(bctx, conn, cmd)
 	if err != nil && err != goredis.Nil && goredis.HasErrorPrefix(err, "OOM") {
@@ -341,7 +343,7 @@ func (s *Store) run(ctx context.Context, sc script, key string, args ...any) (an
 	if err := ctx.Err(); err != nil {
 		return nil, err // send nothing for a caller who has gone
 	}
-	ctx = clock.budget(ctx, s.timeout)
+	ctx = s.clock.budget(ctx, s.timeout)
 	cmd := evalCmd(ctx, "evalsha", sc.sha, key, args)
 	err := s.exec(ctx, nil, cmd)
 	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
