@@ -3,9 +3,11 @@
 // go-redis v9 UniversalClient.
 //
 // Each idempotency key is one Redis string under the name store.KeyName
-// gives it, "idem:v1:{<64 hex>}". The braces are a Cluster hash tag, so
-// everything about a key lives in one slot. Every change is one command on
-// that one key:
+// gives it, "idem:v1:{<64 hex>}", behind the prefix of WithKeyPrefix when
+// services share one Redis database ("billing:idem:v1:{<64 hex>}"). The
+// braces are a Cluster hash tag, so everything about a key lives in one
+// slot, whatever the prefix (which may not hold braces). Every change is
+// one command on that one key:
 //
 //   - claim: SET key claim PX life NX GET (Redis 7.0 or later, which Check
 //     verifies), which claims
