@@ -162,6 +162,20 @@
 // retention instead: repeats answer 409, and nothing runs twice. Check
 // refuses any other policy, or warns with WithEvictionWarning.
 //
+// With ACLs, the store's Redis user needs every command the store sends,
+// on keys under the store's names: SET, GET, PTTL, EVAL and EVALSHA, and
+// the commands the scripts call, GETRANGE, SET, PEXPIRE, SETRANGE and DEL;
+// WAIT as well with WithWaitReplicas; INFO for Check; and what the client
+// itself needs (a Cluster client reads the slot map with CLUSTER SLOTS or
+// CLUSTER SHARDS). For example:
+//
+//	ACL SETUSER idemkey on >secret ~idem:* +set +get +pttl +eval +evalsha +getrange +pexpire +setrange +del +info
+//
+// (~billing:idem:* with WithKeyPrefix("billing:")). A user that may claim
+// but not run the scripts would run every request's handler and keep
+// nothing, so every retry would run it again: Check runs each command on a
+// probe key and refuses such a user with ErrPermission.
+//
 // Persistence decides what a restart forgets. Without it (no AOF, no RDB
 // snapshots) a restarted server has no claims and no records: retries of
 // requests that already ran run again. With appendonly yes and appendfsync
