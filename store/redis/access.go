@@ -25,8 +25,9 @@ import (
 // command and the server's answer.
 var ErrPermission = errors.New("idemkey: redis: the Redis user may not run every command the store sends")
 
-// probeLife is how long Check's probe keys live at most: the claim, should
-// the probe stop half way, and the record it ends with.
+// How long Check's probe keys live at most: the claim (extended once to
+// twice its life), should the probe stop half way, and the record it ends
+// with.
 const (
 	probeClaim     = 10 * time.Second
 	probeRetention = time.Second
