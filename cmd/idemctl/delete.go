@@ -59,7 +59,7 @@ func del(ctx context.Context, e *env, args []string) error {
 	}
 	if !ent.Found {
 		out.Reason = "not_found"
-		return finish("nothing to delete: " + key + " is not in the store")
+		return finish("nothing to delete: " + ent.Key + " is not in the store")
 	}
 
 	if !*yes {
@@ -68,7 +68,7 @@ func del(ctx context.Context, e *env, args []string) error {
 		prompt := *e
 		prompt.stdout = e.stderr
 		prompt.printEntry(ent)
-		fmt.Fprintf(e.stderr, "\n%s\nDelete %s? [y/N] ", consequence(ent.State), key)
+		fmt.Fprintf(e.stderr, "\n%s\nDelete %s? [y/N] ", consequence(ent.State), ent.Key)
 		line, _ := bufio.NewReader(e.stdin).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
 			out.Reason = "declined"
@@ -80,7 +80,7 @@ func del(ctx context.Context, e *env, args []string) error {
 		gone, err = e.pg.Delete(ctx, key, ent.pgRow)
 	} else {
 		var n int
-		n, err = deleteIfSame.Run(ctx, e.rdb, []string{key}, ent.raw).Int()
+		n, err = deleteIfSame.Run(ctx, e.rdb, []string{ent.Key}, ent.raw).Int()
 		gone = n == 1
 	}
 	if err != nil {
@@ -91,7 +91,7 @@ func del(ctx context.Context, e *env, args []string) error {
 		return finish("not deleted: the key changed since it was read (run the command again to see it now)")
 	}
 	out.Deleted = true
-	return finish("deleted " + key)
+	return finish("deleted " + ent.Key)
 }
 
 // consequence says what deleting a key in state means for the service.

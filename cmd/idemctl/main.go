@@ -2,7 +2,7 @@
 // (package store/redis) or PostgreSQL (package store/postgres): it shows
 // what one key holds, deletes it, and counts what the store holds.
 //
-//	idemctl [--redis URL [--cluster] | --database-url URL [--table NAME]] [--json] [--timeout D] <command> [flags]
+//	idemctl [--redis URL [--cluster] [--redis-prefix P] | --database-url URL [--table NAME]] [--json] [--timeout D] <command> [flags]
 //
 //	idemctl show   --scope alice --key k1      # the record of alice's key k1
 //	idemctl show   --digest <64 hex>           # the record a log line names
@@ -55,6 +55,11 @@
 //	              redis://127.0.0.1:6379/0
 //	--cluster     the URL names a Redis Cluster node; further nodes may be
 //	              added as ?addr=host:port parameters
+//	--redis-prefix P
+//	              the key prefix the service gives redis.WithKeyPrefix, for
+//	              example "billing:": show and delete name the key
+//	              "billing:idem:v1:{<digest>}", stats scans billing:idem:v1:*;
+//	              default none
 //	--database-url URL
 //	              a PostgreSQL store instead, as postgres://user@host:port/db;
 //	              default $DATABASE_URL when neither --redis nor $REDIS_URL

@@ -102,7 +102,7 @@ func BenchmarkRecordMemory(b *testing.B) {
 func report(b *testing.B, rdb *goredis.Client, before int64, n int, count func(summary) int64) {
 	b.Helper()
 	after := usedMemory(b, rdb)
-	s, _, err := scan(context.Background(), rdb, 1000, int64(n))
+	s, _, err := scan(context.Background(), rdb, store.KeyPrefix+"*", 1000, int64(n))
 	if err != nil {
 		b.Fatal(err)
 	}

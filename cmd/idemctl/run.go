@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/postgres"
+	"github.com/idemkey/idemkey/store/redis"
 )
 
 // Exit statuses.
@@ -32,6 +33,7 @@ const defaultURL = "redis://127.0.0.1:6379/0"
 // store.
 type env struct {
 	rdb    goredis.UniversalClient
+	prefix string // --redis-prefix: what the service gave redis.WithKeyPrefix
 	pg     *postgres.Store
 	json   bool
 	stdin  io.Reader
@@ -46,7 +48,7 @@ var errUsage = errors.New("usage")
 // exits 1: the key is not there, or the deletion was declined.
 var errNotDone = errors.New("not done")
 
-const usage = `usage: idemctl [--redis URL [--cluster] | --database-url URL [--table NAME]] [--json] [--timeout D] <command> [flags]
+const usage = `usage: idemctl [--redis URL [--cluster] [--redis-prefix P] | --database-url URL [--table NAME]] [--json] [--timeout D] <command> [flags]
 
 commands:
   show   --scope S --key K | --digest HEX [--body]   show what a key holds
@@ -68,6 +70,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	url := fs.String("redis", "", "Redis URL; default $REDIS_URL, else "+defaultURL)
 	cluster := fs.Bool("cluster", false, "the URL names a Redis Cluster node")
+	prefix := fs.String("redis-prefix", "", "the key prefix the service gives redis.WithKeyPrefix; default none")
 	dbURL := fs.String("database-url", "", "PostgreSQL URL of a store/postgres table; default $DATABASE_URL when --redis and $REDIS_URL are not set")
 	table := fs.String("table", postgres.DefaultTable, "the PostgreSQL store's table (name or schema.name)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -117,7 +120,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		defer closeDB()
 		e.pg = st
+	case *prefix != "" && pgURL != "":
+		fmt.Fprintln(stderr, "idemctl: --redis-prefix is for a Redis store, not PostgreSQL")
+		return exitUsage
 	default:
+		if err := redis.ValidateKeyPrefix(*prefix); err != nil {
+			fmt.Fprintf(stderr, "idemctl: --redis-prefix: %v\n", err)
+			return exitUsage
+		}
+		e.prefix = *prefix
 		if *url == "" {
 			*url = os.Getenv("REDIS_URL")
 		}

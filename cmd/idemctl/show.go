@@ -61,7 +61,11 @@ func (e *env) fetch(ctx context.Context, key string, withBody bool) (*entry, err
 	if e.pg != nil {
 		return fetchPostgres(ctx, e.pg, key, withBody)
 	}
-	return fetch(ctx, e.rdb, key, withBody)
+	ent, err := fetch(ctx, e.rdb, e.prefix+key, withBody)
+	if ent != nil {
+		ent.Digest = store.DigestOf(key)
+	}
+	return ent, err
 }
 
 // fetch reads what key holds, its remaining life and its memory usage in

@@ -65,7 +65,7 @@ func stats(ctx context.Context, e *env, args []string) error {
 		sum summary
 	)
 	scanNode := func(ctx context.Context, c *goredis.Client) error {
-		s, n, err := scan(ctx, c, *count, *sample)
+		s, n, err := scan(ctx, c, e.prefix+store.KeyPrefix+"*", *count, *sample)
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.Options().Addr, err)
 		}
@@ -108,13 +108,14 @@ func stats(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// scan counts one node's keys and measures up to sample of them.
-func scan(ctx context.Context, c *goredis.Client, count, sample int64) (summary, node, error) {
+// scan counts one node's keys that match pattern and measures up to sample
+// of them.
+func scan(ctx context.Context, c *goredis.Client, pattern string, count, sample int64) (summary, node, error) {
 	var s summary
 	n := node{Addr: c.Options().Addr}
 	var cursor uint64
 	for {
-		keys, next, err := c.Scan(ctx, cursor, store.KeyPrefix+"*", count).Result()
+		keys, next, err := c.Scan(ctx, cursor, pattern, count).Result()
 		if err != nil {
 			return s, n, err
 		}

@@ -17,13 +17,24 @@ import (
 //   - otherwise a budgetCtx: the budget's deadline, which go-redis puts on
 //     the socket (ContextTimeoutEnabled), and a Done channel shared by every
 //     call whose budget ends in the same slot of slotWidth, closed by one
-//     timer for the whole process. Done closes at most slotWidth after the
+//     timer per slot and Store. Done closes at most slotWidth after the
 //     deadline; go-redis waits on it only for a pooled connection and
 //     between retries, and the store when it bounds a call itself.
 //
 // A budgetCtx carries the caller's values but not its cancellation: the
 // store checks the caller's context when a call starts, and a call under
 // way then ends at its answer or at its budget, well under a second.
+//
+// Each Store has a slotClock of its own, never one for the whole process.
+// Inside a testing/synctest bubble, channels and timers belong to the
+// bubble that made them, time is the bubble's own, and every bubble starts
+// at the same instant: a slot shared by the process would be handed to a
+// call in another bubble (a fatal error when that call waits on it), or
+// outlive its bubble, whose timer then never fires. A Store made in a
+// bubble keeps its slots there. A call that reads an earlier time than the
+// one its Store was made at runs on another clock than the Store's (a
+// bubble using a Store made outside it): it gets a Done of its own, closed
+// by a timer on its own clock, and never a shared slot.
 
 // slotWidth is the granularity of the shared deadlines.
 const slotWidth = 5 * time.Millisecond
@@ -48,13 +59,14 @@ func (s *slot) ended() bool {
 
 // slotClock hands out the slot that ends at or after a given time.
 type slotClock struct {
+	made  time.Time            // when the Store was made, on the clock it was made on
 	last  atomic.Pointer[slot] // the slot handed out last: the usual answer
 	mu    sync.Mutex
 	slots map[int64]*slot // slots not yet ended
 }
 
-// clock is shared by every Store of the process.
-var clock slotClock
+// newSlotClock returns the slot clock of a new Store.
+func newSlotClock() *slotClock { return &slotClock{made: time.Now()} }
 
 // after returns the slot that ends at the first slot boundary at or after t.
 func (c *slotClock) after(t time.Time) *slot {
@@ -106,9 +118,16 @@ func (c *budgetCtx) Err() error {
 // budget returns the context a call with budget d runs under (see above).
 // The caller has checked that ctx is not done.
 func (c *slotClock) budget(ctx context.Context, d time.Duration) context.Context {
-	end := time.Now().Add(d)
+	now := time.Now()
+	end := now.Add(d)
 	if dl, ok := ctx.Deadline(); ok && !dl.After(end) {
 		return ctx
+	}
+	if now.Before(c.made) {
+		// Another clock than the Store's (see above): a timer of its own.
+		done := make(chan struct{})
+		time.AfterFunc(d, func() { close(done) })
+		return &budgetCtx{values: ctx, deadline: end, done: done}
 	}
 	return &budgetCtx{values: ctx, deadline: end, done: c.after(end).done}
 }

@@ -106,6 +106,7 @@ func BenchmarkBudget(b *testing.B) {
 		})
 	})
 	b.Run("SharedSlot", func(b *testing.B) {
+		clock := newSlotClock()
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -138,4 +139,47 @@ func TestBudgetNeverHandsOutAnEndedSlot(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second)
 	})
+}
+
+// TestBudgetOnAnotherClock: a Store made outside a synctest bubble and
+// called inside one (whose clock reads earlier than the Store's making)
+// gives the call a Done of its own, on the bubble's clock: it closes at the
+// budget's end in fake time, and no other bubble ever sees it.
+func TestBudgetOnAnotherClock(t *testing.T) {
+	c := newSlotClock()
+	var dones []<-chan struct{}
+	for range 2 {
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			ctx := c.budget(context.Background(), 300*time.Millisecond)
+			if dl, ok := ctx.Deadline(); !ok || !dl.Equal(start.Add(300*time.Millisecond)) {
+				t.Errorf("deadline %v %v, want %v", dl, ok, start.Add(300*time.Millisecond))
+			}
+			dones = append(dones, ctx.Done())
+			<-ctx.Done()
+			if d := time.Since(start); d != 300*time.Millisecond {
+				t.Errorf("Done closed after %v, want exactly the budget", d)
+			}
+			if ctx.Err() != context.DeadlineExceeded {
+				t.Errorf("Err = %v", ctx.Err())
+			}
+		})
+	}
+	if dones[0] == dones[1] {
+		t.Error("two bubbles share one Done")
+	}
+	c.mu.Lock()
+	n := len(c.slots)
+	c.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d shared slots made for calls on another clock", n)
+	}
+	// On the Store's own clock, calls share slots again.
+	c.budget(context.Background(), time.Second)
+	c.mu.Lock()
+	n = len(c.slots)
+	c.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d shared slots after a call on the Store's clock, want 1", n)
+	}
 }

@@ -67,14 +67,24 @@ func (n NodeReport) Persistent() bool {
 }
 
 // Check reads each server's version, maxmemory-policy and persistence
-// settings with INFO and CONFIG GET save. Call it once at start. It returns
-// an error wrapping ErrServerVersion when a node is older than Redis 7.0,
-// one wrapping ErrEvictionPolicy when a node's policy is not noeviction
-// (unless WithEvictionWarning made that a warning), and an error wrapping
-// store.ErrUnavailable when a node cannot be asked. Persistence is reported,
+// settings with INFO and CONFIG GET save, and checks that the client's
+// Redis user may run every command the store sends, on the keys it sends
+// them to: it claims, extends, releases, claims again and completes a probe
+// key of its own, named as the store names keys (WithKeyPrefix included;
+// one on each master of a cluster), and reads back what the scripts wrote.
+// The probe's record lives for one second. Call Check once at start,
+// before serving: New sends nothing to the server.
+//
+// It returns an error wrapping ErrServerVersion when a node is older than
+// Redis 7.0; one wrapping ErrPermission, naming the command, when the user
+// may not run a command the store sends (or INFO); one wrapping
+// ErrEvictionPolicy when a node's policy is not noeviction (unless
+// WithEvictionWarning made that a warning); and one wrapping
+// store.ErrUnavailable when a node cannot be asked. A server out of memory
+// cannot take the probe's writes: the permissions are then reported as
+// unchecked in Report.Warnings, not refused. Persistence is reported,
 // never refused: running without it is a choice (see the package
-// documentation). Each node's questions have the call budget of
-// WithCallTimeout.
+// documentation). Each question has the call budget of WithCallTimeout.
 func (s *Store) Check(ctx context.Context) (Report, error) {
 	var (
 		mu    sync.Mutex
@@ -125,6 +135,13 @@ func (s *Store) Check(ctx context.Context) (Report, error) {
 			return rep, fmt.Errorf("%w: %s is %s", ErrServerVersion, nodeName(n.Addr), n.Version)
 		}
 	}
+	warn, err := s.checkAccess(ctx)
+	if err != nil {
+		return rep, err
+	}
+	if warn != "" {
+		rep.Warnings = append(rep.Warnings, warn)
+	}
 	rep.EvictionSafe, rep.Persistent = true, true
 	var evicting []string
 	for _, n := range rep.Nodes {
@@ -174,6 +191,9 @@ func (s *Store) checkNode(ctx context.Context, c goredis.UniversalClient, addr s
 		return c.Info(ctx, "server", "memory", "persistence").Result()
 	})
 	if err != nil {
+		if denied(err) {
+			return n, fmt.Errorf("%w: INFO (Check reads each server's settings with it) on %s: %w", ErrPermission, nodeName(addr), redisError(err))
+		}
 		return n, unavailable("check "+nodeName(addr), err)
 	}
 	fields := parseInfo(info.(string))

@@ -30,6 +30,23 @@ func TestConformanceRedis(t *testing.T) {
 	})
 }
 
+// TestConformanceKeyPrefix runs the suite with WithKeyPrefix on miniredis
+// (whose clock the suite moves) and on a redis-server.
+func TestConformanceKeyPrefix(t *testing.T) {
+	t.Run("Miniredis", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) storetest.Harness {
+			mr := newMini(t)
+			return storetest.Harness{Store: mr.store(t, redis.WithKeyPrefix("svc:")), Advance: mr.FastForward}
+		})
+	})
+	t.Run("Redis", func(t *testing.T) {
+		st := newStore(t, newClient(t, redistest.Start(t)), redis.WithKeyPrefix("svc:"))
+		storetest.Run(t, func(*testing.T) storetest.Harness {
+			return storetest.Harness{Store: st}
+		})
+	})
+}
+
 // TestConformanceAutoPipeline runs the suite with WithAutoPipeline, on
 // miniredis, a redis-server and a Cluster.
 func TestConformanceAutoPipeline(t *testing.T) {

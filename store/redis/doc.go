@@ -3,9 +3,11 @@
 // go-redis v9 UniversalClient.
 //
 // Each idempotency key is one Redis string under the name store.KeyName
-// gives it, "idem:v1:{<64 hex>}". The braces are a Cluster hash tag, so
-// everything about a key lives in one slot. Every change is one command on
-// that one key:
+// gives it, "idem:v1:{<64 hex>}", behind the prefix of WithKeyPrefix when
+// services share one Redis database ("billing:idem:v1:{<64 hex>}"). The
+// braces are a Cluster hash tag, so everything about a key lives in one
+// slot, whatever the prefix (which may not hold braces). Every change is
+// one command on that one key:
 //
 //   - claim: SET key claim PX life NX GET (Redis 7.0 or later, which Check
 //     verifies), which claims
@@ -160,6 +162,20 @@
 // retention instead: repeats answer 409, and nothing runs twice. Check
 // refuses any other policy, or warns with WithEvictionWarning.
 //
+// With ACLs, the store's Redis user needs every command the store sends,
+// on keys under the store's names: SET, GET, PTTL, EVAL and EVALSHA, and
+// the commands the scripts call, GETRANGE, SET, PEXPIRE, SETRANGE and DEL;
+// WAIT as well with WithWaitReplicas; INFO for Check; and what the client
+// itself needs (a Cluster client reads the slot map with CLUSTER SLOTS or
+// CLUSTER SHARDS). For example:
+//
+//	ACL SETUSER idemkey on >secret ~idem:* +set +get +pttl +eval +evalsha +getrange +pexpire +setrange +del +info
+//
+// (~billing:idem:* with WithKeyPrefix("billing:")). A user that may claim
+// but not run the scripts would run every request's handler and keep
+// nothing, so every retry would run it again: Check runs each command on a
+// probe key and refuses such a user with ErrPermission.
+//
 // Persistence decides what a restart forgets. Without it (no AOF, no RDB
 // snapshots) a restarted server has no claims and no records: retries of
 // requests that already ran run again. With appendonly yes and appendfsync
@@ -177,6 +193,14 @@
 // claims (503) while too few replicas are up. Records are not waited for: a
 // record lost in a failover leaves the key free, or in flight until the
 // claim's life ends, and a retry runs the handler again.
+//
+// # Tests in testing/synctest bubbles
+//
+// A Store may be used inside testing/synctest bubbles. A Store made inside
+// a bubble belongs to that bubble, as its go-redis client does: use it
+// there only. A Store made outside every bubble may be used in any number
+// of them, one after the other or at once; each call made in a bubble then
+// has its time budget on the bubble's clock.
 //
 // # When complete fails
 //

@@ -24,6 +24,7 @@ type config struct {
 	// ctxTimeouts, when not nil, is what WithContextTimeouts said.
 	ctxTimeouts  *bool
 	autoPipeline bool
+	keyPrefix    string
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -34,7 +35,7 @@ func newConfig(opts []Option) (config, error) {
 // WithCallTimeout sets the time budget of every store call (Claim, Complete,
 // Release, Extend, and each step of Check): the call returns an error
 // wrapping store.ErrUnavailable once d has passed (at most 5 ms later: the
-// calls of a process share one timer per 5 ms slot instead of one each),
+// calls of a Store share one timer per 5 ms slot instead of one each),
 // however many times go-redis retries and even when the server hangs. The
 // caller's context applies instead when its deadline is sooner, so a
 // caller that bounds a request's store calls with one deadline pays for no
@@ -141,4 +142,53 @@ func WithAutoPipeline() Option {
 		c.autoPipeline = true
 		return nil
 	}
+}
+
+// MaxKeyPrefixLen is the longest prefix WithKeyPrefix accepts, in bytes.
+const MaxKeyPrefixLen = 64
+
+// WithKeyPrefix puts prefix in front of every Redis key the store reads or
+// writes, so that services sharing one Redis database keep separate key
+// spaces: with WithKeyPrefix("billing:") the key store.KeyName names
+// "idem:v1:{<64 hex>}" is stored as "billing:idem:v1:{<64 hex>}". The
+// prefix is used as it is: no separator is added, so end it with one
+// (":"). Every command and script the store sends, and Check's probe, uses
+// the prefixed name; give idemctl the same prefix (--redis-prefix) to find
+// the keys, and an ACL user a pattern that covers it ("~billing:idem:*").
+// Default "": keys are named as store.KeyName names them.
+//
+// A prefix is at most MaxKeyPrefixLen bytes of ASCII letters, digits and
+// the characters ':', '.', '_', '-' and '/'. Braces are refused: the hash
+// tag Redis Cluster places a key by must stay the one in the key's own
+// name, "{<64 hex>}", so that a prefix never moves a key's slot. So are
+// '*', '?', '[', ']' and '\', which SCAN and ACL key patterns would read
+// as wildcards, spaces and control characters.
+func WithKeyPrefix(prefix string) Option {
+	return func(c *config) error {
+		if err := ValidateKeyPrefix(prefix); err != nil {
+			return fmt.Errorf("WithKeyPrefix: %w", err)
+		}
+		c.keyPrefix = prefix
+		return nil
+	}
+}
+
+// ValidateKeyPrefix reports whether prefix is one WithKeyPrefix accepts,
+// for tools that name the store's keys (idemctl's --redis-prefix). The
+// empty prefix is valid.
+func ValidateKeyPrefix(prefix string) error {
+	if len(prefix) > MaxKeyPrefixLen {
+		return fmt.Errorf("key prefix of %d bytes, want at most %d", len(prefix), MaxKeyPrefixLen)
+	}
+	for i := 0; i < len(prefix); i++ {
+		switch b := prefix[i]; {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		case b == ':', b == '.', b == '_', b == '-', b == '/':
+		case b == '{', b == '}':
+			return fmt.Errorf("key prefix %q has a brace: it would change the Cluster hash tag of every key", prefix)
+		default:
+			return fmt.Errorf("key prefix %q has %q at byte %d: want ASCII letters, digits and \":._-/\"", prefix, b, i)
+		}
+	}
+	return nil
 }

@@ -25,6 +25,9 @@ func TestDefaults(t *testing.T) {
 	if s.ctxTimeouts {
 		t.Error("client without ContextTimeoutEnabled taken as honouring deadlines")
 	}
+	if s.prefix != "" || s.name("idem:v1:{x}") != "idem:v1:{x}" {
+		t.Errorf("key prefix %q by default, want none", s.prefix)
+	}
 	s, _ = New(c, WithCallTimeout(time.Second), WithWaitReplicas(2, 40*time.Millisecond))
 	if s.timeout != time.Second || s.wait != 2 || s.waitTimeout != 40*time.Millisecond {
 		t.Errorf("options not applied: %v %d %v", s.timeout, s.wait, s.waitTimeout)

@@ -51,6 +51,8 @@ type Store struct {
 	wait        int
 	waitTimeout time.Duration
 	evictWarn   bool
+	clock       *slotClock // the shared deadlines of this Store's calls
+	prefix      string     // WithKeyPrefix
 }
 
 var (
@@ -97,6 +99,8 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 		wait:        cfg.waitReplicas,
 		waitTimeout: cfg.waitTimeout,
 		evictWarn:   cfg.evictionWarn,
+		clock:       newSlotClock(),
+		prefix:      cfg.keyPrefix,
 	}, nil
 }
 
@@ -164,6 +168,7 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	if err := ctx.Err(); err != nil {
 		return store.Result{}, unavailable("claim", err) // send nothing for a caller who has gone
 	}
+	key = s.name(key)
 	var conn *goredis.Conn
 	if s.wait > 0 {
 		if conn, err = s.pin(ctx, key); err != nil {
@@ -173,7 +178,7 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	}
 	now := s.now()
 	val := encodeInFlight(c.Token, c.Fingerprint, now, now.Add(time.Duration(ttl)*time.Millisecond))
-	bctx := clock.budget(ctx, s.timeout)
+	bctx := s.clock.budget(ctx, s.timeout)
 	cmd := goredis.NewStringCmd(bctx, "set", key, val, "px", ttl, "nx", "get")
 	err = s.exec(bctx, conn, cmd)
 	if err != nil && err != goredis.Nil && goredis.HasErrorPrefix(err, "OOM") {
@@ -262,7 +267,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	if err != nil {
 		return err
 	}
-	reply, err := s.run(ctx, completeScript, key, ownerPrefix(token), val, ms)
+	reply, err := s.run(ctx, completeScript, s.name(key), ownerPrefix(token), val, ms)
 	if err == nil && reply == int64(2) {
 		return unavailable("complete", errHeldInstead)
 	}
@@ -282,8 +287,22 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkToken(token); err != nil {
 		return err
 	}
-	reply, err := s.run(ctx, releaseScript, key, ownerPrefix(token))
+	return s.release(ctx, s.name(key), token)
+}
+
+// release is Release of the Redis key name.
+func (s *Store) release(ctx context.Context, name, token string) error {
+	reply, err := s.run(ctx, releaseScript, name, ownerPrefix(token))
 	return ownerResult("release", reply, err)
+}
+
+// name returns the Redis key of a store key: the key behind the prefix of
+// WithKeyPrefix.
+func (s *Store) name(key string) string {
+	if s.prefix == "" {
+		return key
+	}
+	return s.prefix + key
 }
 
 // Extend sets the remaining life of the claim held by token to ttl (rounded
@@ -299,7 +318,7 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 		return err
 	}
 	expires := appendTime(nil, s.now().Add(time.Duration(ms)*time.Millisecond))
-	reply, err := s.run(ctx, extendScript, key, ownerPrefix(token), ms, expires)
+	reply, err := s.run(ctx, extendScript, s.name(key), ownerPrefix(token), ms, expires)
 	return ownerResult("extend", reply, err)
 }
 
@@ -341,7 +360,7 @@ func (s *Store) run(ctx context.Context, sc script, key string, args ...any) (an
 	if err := ctx.Err(); err != nil {
 		return nil, err // send nothing for a caller who has gone
 	}
-	ctx = clock.budget(ctx, s.timeout)
+	ctx = s.clock.budget(ctx, s.timeout)
 	cmd := evalCmd(ctx, "evalsha", sc.sha, key, args)
 	err := s.exec(ctx, nil, cmd)
 	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -430,7 +449,8 @@ func (s *Store) pin(ctx context.Context, key string) (*goredis.Conn, error) {
 }
 
 // waitReplicas sends WAIT after a claim on conn and releases the claim
-// when too few replicas acknowledge it.
+// when too few replicas acknowledge it. key is the Redis key name, the
+// prefix of WithKeyPrefix included.
 func (s *Store) waitReplicas(ctx context.Context, conn *goredis.Conn, key, token string) error {
 	wctx, cancel := context.WithTimeout(ctx, s.timeout+s.waitTimeout)
 	defer cancel()
@@ -454,7 +474,7 @@ func (s *Store) waitReplicas(ctx context.Context, conn *goredis.Conn, key, token
 	// The claim is not safe to act on: let the next request have the key.
 	// Release through the pool, not conn, which may be broken. If the
 	// release fails too, the claim lapses at the end of its life.
-	if rerr := s.Release(context.WithoutCancel(ctx), key, token); rerr != nil && !errors.Is(rerr, store.ErrNotOwner) {
+	if rerr := s.release(context.WithoutCancel(ctx), key, token); rerr != nil && !errors.Is(rerr, store.ErrNotOwner) {
 		err = errors.Join(err, rerr)
 	}
 	return unavailable("claim", err)

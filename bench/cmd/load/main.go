@@ -54,6 +54,10 @@
 //	go run ./cmd/load -d 5s -rounds 5      # longer
 //	go run ./cmd/load -scenarios bare,idemkey-redis -conns 64
 //	go run ./cmd/load -scenarios postgres  # the PostgreSQL scenarios
+//	go run ./cmd/load -svg out/ratios.svg  # the chart elsewhere (default load-targets.svg; "" for none)
+//
+// Beside the table it writes the targets' ratios as an SVG bar chart
+// (-svg): one bar per target and concurrency, its target drawn across it.
 package main
 
 import (
@@ -101,6 +105,7 @@ func main() {
 		cacheSize = flag.Int("cache", 10_000, "records the idemkey-redis+cache scenario keeps in its local replay cache")
 		profile   = flag.String("cpuprofile", "", "write each server process's CPU profile to this directory, as SCENARIO.pprof")
 		phasesF   = flag.String("phases", "first,replay", "phases to run: first (fresh keys), replay (repeated keys)")
+		svgPath   = flag.String("svg", "load-targets.svg", `write the targets' ratios as an SVG bar chart to this file; "" writes none`)
 	)
 	flag.Parse()
 	if *serveSc != "" {
@@ -236,8 +241,17 @@ func main() {
 		}
 	}
 	m.loadAfter = loadAverage()
-	failed := report(os.Stdout, m, scs, connsList, phases, results, *d, *rounds)
+	failed, bars := report(os.Stdout, m, scs, connsList, phases, results, *d, *rounds)
 	r.cleanup()
+	if *svgPath != "" {
+		title := fmt.Sprintf("idemkey load driver: req/s ratios against their baselines (%d rounds of %v)", *rounds, *d)
+		if err := writeChartFile(*svgPath, title, bars); err != nil {
+			log.Printf("load: -svg: %v", err)
+			failed = true
+		} else {
+			fmt.Fprintf(os.Stderr, "load: chart of the targets written to %s\n", *svgPath)
+		}
+	}
 	if failed {
 		os.Exit(1)
 	}
@@ -536,30 +550,34 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// report prints the machine, the table and the targets, and reports
-// whether any check failed.
-func report(w io.Writer, m *machineInfo, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg, d time.Duration, rounds int) bool {
+// report prints the machine, the table and the targets, reports whether
+// any check failed, and returns the targets measured, for the chart.
+func report(w io.Writer, m *machineInfo, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg, d time.Duration, rounds int) (bool, []ratioBar) {
 	fmt.Fprintf(w, "machine: %d CPUs, %s; %s; Redis %s; PostgreSQL %s; load average %s before, %s after\n",
 		m.cpus, cmp.Or(m.model, "unknown CPU"), m.goVersion, cmp.Or(m.redis, "-"), cmp.Or(m.postgres, "-"), m.loadBefore, m.loadAfter)
 	fmt.Fprintf(w, "each row: %d rounds of %v; 1 KiB JSON POST, 201 with a 90-byte JSON answer\n\n", rounds, d)
 	var pgs []string
 	scs, pgs = splitPostgres(scs)
 	failed := false
+	var bars []ratioBar
 	if len(scs) > 0 {
-		failed = reportRedis(w, scs, connsList, phases, results)
+		failed, bars = reportRedis(w, scs, connsList, phases, results)
 	}
 	if len(pgs) > 0 {
 		if len(scs) > 0 {
 			fmt.Fprintln(w)
 		}
-		failed = reportPostgres(w, pgs, connsList, phases, results) || failed
+		pgFailed, pgBars := reportPostgres(w, pgs, connsList, phases, results)
+		failed = failed || pgFailed
+		bars = append(bars, pgBars...)
 	}
-	return failed
+	return failed, bars
 }
 
 // reportRedis prints the table, the commands and the targets of the
-// scenarios that are not PostgreSQL's, and reports whether a check failed.
-func reportRedis(w io.Writer, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg) bool {
+// scenarios that are not PostgreSQL's, reports whether a check failed, and
+// returns the targets measured.
+func reportRedis(w io.Writer, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg) (bool, []ratioBar) {
 	fmt.Fprintln(w, "| conns | keys | scenario | req/s | x bare | x floor | p50 ms | p99 ms | server us/req | Redis cmds/req | Redis cmd us/req | Redis CPU us/req | checks |")
 	fmt.Fprintln(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	failed := false
@@ -595,19 +613,12 @@ func reportRedis(w io.Writer, scs []string, connsList []int, phases []phase, res
 			fmt.Fprintf(w, "  %-9s %-20s sent: %s; run: %s\n", ph, sc, perRequest(c, c.sent), perRequest(c, c.redis.calls))
 		}
 	}
-	targets(w, scs, connsList, phases, results)
-	return failed
+	return failed, targets(w, scs, connsList, phases, results)
 }
 
 // targets prints the ratios the project holds itself to, each against its
-// target, at every concurrency.
-func targets(w io.Writer, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg) {
-	type target struct {
-		what     string
-		sc, base string
-		ph       phase
-		min      float64
-	}
+// target, at every concurrency, and returns them.
+func targets(w io.Writer, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg) []ratioBar {
 	var ts []target
 	for _, ph := range phases {
 		memory := 0.85
@@ -624,24 +635,9 @@ func targets(w io.Writer, scs []string, connsList []int, phases []phase, results
 	if slices.Contains(phases, replay) {
 		ts = append(ts, target{"idemkey-redis+cache / bare", scRedisCache, scBare, replay, 0.9})
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Targets (req/s ratios; * marks a miss):")
-	for _, t := range ts {
-		if !slices.Contains(scs, t.sc) || !slices.Contains(scs, t.base) {
-			continue
-		}
-		var parts []string
-		for _, conns := range connsList {
-			c, b := results[cellKey{t.sc, conns, t.ph}], results[cellKey{t.base, conns, t.ph}]
-			r := c.rate() / b.rate()
-			mark := ""
-			if r < t.min {
-				mark = "*"
-			}
-			parts = append(parts, fmt.Sprintf("%d conns %.2f%s", conns, r, mark))
-		}
-		fmt.Fprintf(w, "  %-32s %-9s >= %.2f: %s\n", t.what, t.ph, t.min, strings.Join(parts, ", "))
-	}
+	bars := measure(ts, scs, connsList, phases, results)
+	printTargets(w, 32, bars)
+	return bars
 }
 
 func perRequest(c *cellAgg, m map[string]int64) string {

@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -377,9 +375,9 @@ func postgresVersion(url string) string {
 	return v
 }
 
-// reportPostgres prints the PostgreSQL scenarios' table and targets, and
-// reports whether a check failed.
-func reportPostgres(w io.Writer, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg) bool {
+// reportPostgres prints the PostgreSQL scenarios' table and targets,
+// reports whether a check failed, and returns the targets measured.
+func reportPostgres(w io.Writer, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg) (bool, []ratioBar) {
 	fmt.Fprintln(w, "PostgreSQL: the handler inserts one row; DB round trips counted by the server process, DB CPU is the cluster's")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| conns | keys | scenario | req/s | x pg-bare | x pg-typical | p50 ms | p99 ms | server us/req | DB round trips/req | DB CPU us/req | checks |")
@@ -404,34 +402,12 @@ func reportPostgres(w io.Writer, scs []string, connsList []int, phases []phase, 
 			}
 		}
 	}
-	type target struct {
-		what     string
-		sc, base string
-		ph       phase
-		min      float64
-	}
 	ts := []target{
 		{"idemkey-pg-tx / pg-typical", scPgTx, scPgTypical, fresh, 1.2},
 		{"idemkey-pg-tx / pg-typical", scPgTx, scPgTypical, replay, 1.5},
 		{"idemkey-pg-tx / pg-bare", scPgTx, scPgBare, fresh, 0.75},
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Targets (req/s ratios; * marks a miss):")
-	for _, t := range ts {
-		if !slices.Contains(scs, t.sc) || !slices.Contains(scs, t.base) || !slices.Contains(phases, t.ph) {
-			continue
-		}
-		var parts []string
-		for _, conns := range connsList {
-			c, b := results[cellKey{t.sc, conns, t.ph}], results[cellKey{t.base, conns, t.ph}]
-			r := c.rate() / b.rate()
-			mark := ""
-			if r < t.min {
-				mark = "*"
-			}
-			parts = append(parts, fmt.Sprintf("%d conns %.2f%s", conns, r, mark))
-		}
-		fmt.Fprintf(w, "  %-28s %-9s >= %.2f: %s\n", t.what, t.ph, t.min, strings.Join(parts, ", "))
-	}
-	return failed
+	bars := measure(ts, scs, connsList, phases, results)
+	printTargets(w, 28, bars)
+	return failed, bars
 }

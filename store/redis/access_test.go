@@ -1,0 +1,156 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/idemkey/idemkey/internal/redistest"
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/redis"
+)
+
+// storeRules are the ACL rules of a user that may run everything the store
+// sends on its keys, and INFO, which Check reads.
+var storeRules = []string{
+	"+set", "+get", "+pttl", "+eval", "+evalsha",
+	"+getrange", "+pexpire", "+setrange", "+del", "+info",
+	"~idem:*",
+}
+
+func without(rules []string, drop ...string) []string {
+	return slices.DeleteFunc(slices.Clone(rules), func(r string) bool { return slices.Contains(drop, r) })
+}
+
+// TestCheckRefusesUsersThatCannotKeep: Check refuses, with ErrPermission
+// naming what was refused, every Redis user that may not run each command
+// the store sends, on keys named as the store names them. Without the
+// check, a user that may SET but not run the scripts claims every key, runs
+// every handler and keeps nothing: each retry runs its handler again.
+func TestCheckRefusesUsersThatCannotKeep(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		rules []string
+		opts  []redis.Option
+		want  string // in the error; "" when Check must pass
+	}{
+		{"every command", storeRules, nil, ""},
+		{"claim but not keep", []string{"+set", "+get", "+pttl", "+info", "~idem:*"}, nil, "EVAL"},
+		{"no EVAL", without(storeRules, "+eval"), nil, "EVAL"},
+		{"no EVALSHA", without(storeRules, "+evalsha"), nil, "EVALSHA"},
+		{"no SET", without(storeRules, "+set"), nil, "SET"},
+		{"no GET", without(storeRules, "+get"), nil, "GET"},
+		{"no PTTL", without(storeRules, "+pttl"), nil, "PTTL"},
+		{"scripts may not GETRANGE", without(storeRules, "+getrange"), nil, "EVAL"},
+		{"scripts may not PEXPIRE", without(storeRules, "+pexpire"), nil, "extend"},
+		{"scripts may not SETRANGE", without(storeRules, "+setrange"), nil, "SETRANGE"},
+		{"scripts may not DEL", without(storeRules, "+del"), nil, "release"},
+		{"no INFO", without(storeRules, "+info"), nil, "INFO"},
+		{"keys of another pattern", append(without(storeRules, "~idem:*"), "~other:*"), nil, "EVAL"},
+		{"read-only keys", append(without(storeRules, "~idem:*"), "%R~idem:*"), nil, "EVAL"},
+		{"write-only keys", append(without(storeRules, "~idem:*"), "%W~idem:*"), nil, "EVAL"},
+		{"a prefix the pattern covers", append(without(storeRules, "~idem:*"), "~billing:idem:*"), []redis.Option{redis.WithKeyPrefix("billing:")}, ""},
+		{"a prefix the pattern does not cover", storeRules, []redis.Option{redis.WithKeyPrefix("billing:")}, "EVAL"},
+		{"WAIT mode without WAIT", storeRules, []redis.Option{redis.WithWaitReplicas(1, 10*time.Millisecond)}, "WAIT"},
+		{"WAIT mode with WAIT", append(slices.Clone(storeRules), "+wait"), []redis.Option{redis.WithWaitReplicas(1, 10*time.Millisecond)}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			user := strings.NewReplacer(" ", "-").Replace(tc.name)
+			args := append([]string{"ACL", "SETUSER", user, "reset", "on", ">pw"}, tc.rules...)
+			if _, err := redistest.Do(srv.Addr, args...); err != nil {
+				t.Fatal(err)
+			}
+			c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, Username: user, Password: "pw", ContextTimeoutEnabled: true})
+			t.Cleanup(func() { c.Close() })
+			st := newStore(t, c, tc.opts...)
+			_, err := st.Check(ctx)
+			t.Logf("Check: %v", err)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Check refused a user that may run every command: %v", err)
+				}
+				if tc.opts != nil {
+					checkProbeLeftovers(t, srv.Addr, "billing:*")
+					return
+				}
+				// And the store works for that user.
+				key := newKey()
+				cm := newClaim(1)
+				mustClaim(t, st, key, cm, store.Claimed)
+				if err := st.Extend(ctx, key, cm.Token, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Complete(ctx, key, cm.Token, record("ok", 1), time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				mustClaim(t, st, key, newClaim(1), store.Completed)
+				return
+			}
+			if !errors.Is(err, redis.ErrPermission) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Check: %v, want ErrPermission naming %s", err, tc.want)
+			}
+			if errors.Is(err, store.ErrUnavailable) {
+				t.Errorf("a refusal reported as the server being unavailable: %v", err)
+			}
+		})
+	}
+}
+
+// checkProbeLeftovers checks that a probe that passed left one key behind,
+// a record that lapses within a second.
+func checkProbeLeftovers(t *testing.T, addr, pattern string) {
+	t.Helper()
+	keys := keysOn(t, addr, pattern)
+	if len(keys) != 1 {
+		t.Fatalf("the probe left %q", keys)
+	}
+	v, _ := redistest.Do(addr, "GET", keys[0])
+	if st, err := redis.StateOf(v); err != nil || st != store.Completed {
+		t.Errorf("the probe left %s holding %q", keys[0], v)
+	}
+	if ttl, _ := redistest.Do(addr, "PTTL", keys[0]); len(ttl) > 4 {
+		t.Errorf("%s lives %s ms", keys[0], ttl)
+	}
+}
+
+// TestCheckAtMaxmemory: a server out of memory (noeviction) refuses the
+// probe's writes; Check then says it could not check the permissions and
+// does not refuse the server, which still serves replays.
+func TestCheckAtMaxmemory(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newClient(t, srv.Addr)
+	if err := c.ConfigSet(context.Background(), "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := newStore(t, c).Check(context.Background())
+	if err != nil {
+		t.Fatalf("Check at maxmemory: %v", err)
+	}
+	if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "out of memory") }) {
+		t.Errorf("warnings %q do not say the permissions went unchecked", rep.Warnings)
+	}
+}
+
+// TestCheckProbesEveryMaster: in a cluster, ACLs are set node by node, so
+// Check probes each master, with a key in one of its slots.
+func TestCheckProbesEveryMaster(t *testing.T) {
+	cl := sharedCluster(t)
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	prefix := "probe-" + randomHex(4) + ":"
+	if _, err := newStore(t, c, redis.WithKeyPrefix(prefix)).Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range cl.Addrs() {
+		if keys := keysOn(t, addr, prefix+"*"); len(keys) != 1 {
+			t.Errorf("master %s holds probe keys %q, want one", addr, keys)
+		}
+	}
+}
