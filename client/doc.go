@@ -14,8 +14,11 @@
 //
 // # One key per logical request
 //
-// A logical request is one call of [Transport.RoundTrip] (one http.Client.Do,
-// per redirect hop). Its key is chosen once, in this order:
+// A logical request is one call of [Transport.RoundTrip] (one http.Client.Do),
+// with the 307 and 308 redirects http.Client follows for it: they send the
+// same method and body to another URL, so they keep the key the first hop
+// was sent with. A 301, 302 or 303 that turns the request into a GET starts
+// a new one. Its key is chosen once, in this order:
 //
 //  1. An Idempotency-Key header already on the request: sent as it is.
 //  2. A key put on the request's context with [WithKey].

@@ -146,6 +146,10 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			resp = nil
 		case err == nil && resp == nil:
 			err = errNoResponse
+		case err == nil && resp.Request == nil:
+			// The request that got resp, key included: http.Client hands
+			// it to the next hop of a redirect (see redirectedKey).
+			resp.Request = out
 		}
 		if tr != nil {
 			tr.Attempts = n
