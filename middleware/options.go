@@ -97,7 +97,9 @@ func WithMethods(methods ...string) Option {
 // found. Default: scope.Principal, the caller id that the service's
 // authentication middleware stored with scope.NewContext, or
 // scope.Anonymous. Never derive a scope from spoofable input; see package
-// scope.
+// scope. f must name a scope for every request (scope.Anonymous for a
+// caller who is not signed in): a request for which it returns "" is
+// answered 500 scope_missing and reported as EventScopeMissing.
 func WithScope(f scope.Func) Option {
 	return func(c *config) error {
 		if f == nil {
