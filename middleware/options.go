@@ -337,8 +337,10 @@ func WithoutNewRequestID() Option {
 }
 
 // WithLocalCache keeps up to size completed records in process memory for
-// up to ttl (never past a record's retention), so that replays of them make
-// no store round trip. Completed records never change, so instances that
+// up to ttl (never past CacheSkewMargin, a minute, before the end of a
+// record's retention, so that clocks up to a minute apart never replay a
+// record the store has dropped), so that replays of them make no store
+// round trip. Completed records never change, so instances that
 // each cache them stay correct; a record deleted from the store by hand
 // goes on being replayed from caches until their entries lapse. Default:
 // off.
