@@ -172,22 +172,24 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		if !ok {
 			return resp, err
 		}
-		// The budget: the context's deadline, less room for one more
-		// attempt, and for an in-flight answer the in-flight wait. A wait
-		// the server asked for that ends past it is cut to what is left,
-		// for one last attempt: the first request may well have answered
-		// by then. A wait of the transport's own choosing is not.
-		end, bounded := time.Time{}, false
-		if deadline, has := ctx.Deadline(); has {
-			end, bounded = deadline.Add(-max(2*longest, minAttemptRoom)), true
-		}
-		if inFlight {
-			if e := start.Add(t.inFlightWait); !bounded || e.Before(end) {
-				end, bounded = e, true
+		// The budget: the context's deadline, and for an in-flight answer
+		// the in-flight wait. A wait that ends past it is not made; but a
+		// wait the server asked for (Retry-After) is cut to what is left,
+		// less room for one more attempt before the deadline, for one last
+		// attempt: the first request may well have answered by then.
+		now := t.now()
+		deadline, hasDeadline := ctx.Deadline()
+		pastDeadline := hasDeadline && !now.Add(wait).Before(deadline)
+		pastInFlight := inFlight && !now.Add(wait).Before(start.Add(t.inFlightWait))
+		if pastDeadline || pastInFlight {
+			if _, hinted := retryAfter(resp, now); !hinted {
+				return resp, err
 			}
-		}
-		if now := t.now(); bounded && !now.Add(wait).Before(end) {
-			if _, hinted := retryAfter(resp, now); !hinted || !now.Before(end) {
+			end := start.Add(t.inFlightWait)
+			if hasDeadline && (!inFlight || deadline.Add(-max(2*longest, minAttemptRoom)).Before(end)) {
+				end = deadline.Add(-max(2*longest, minAttemptRoom))
+			}
+			if !now.Before(end) {
 				return resp, err
 			}
 			wait, final = end.Sub(now), true
