@@ -14,8 +14,11 @@
 //
 // # One key per logical request
 //
-// A logical request is one call of [Transport.RoundTrip] (one http.Client.Do,
-// per redirect hop). Its key is chosen once, in this order:
+// A logical request is one call of [Transport.RoundTrip] (one http.Client.Do),
+// with the 307 and 308 redirects http.Client follows for it: they send the
+// same method and body to another URL, so they keep the key the first hop
+// was sent with. A 301, 302 or 303 that turns the request into a GET starts
+// a new one. Its key is chosen once, in this order:
 //
 //  1. An Idempotency-Key header already on the request: sent as it is.
 //  2. A key put on the request's context with [WithKey].
@@ -52,10 +55,14 @@
 // # What is retried
 //
 // A request is retried only while all of these hold: fewer than the maximum
-// attempts have been made (default 4, the first included); the request's
-// context is not done; the request body can be sent again; the retry policy
-// (default [DefaultRetryPolicy]) says yes; and the wait before the next
-// attempt ends before the context's deadline.
+// attempts have been made (default 4, the first included), or, after a 409
+// with a Retry-After (the first request with the key still runs), the
+// in-flight wait has not passed (default one minute from the first
+// attempt, see [WithInFlightWait]; such answers do not spend attempts); the
+// request's context is not done; the request body can be sent again; the
+// retry policy (default [DefaultRetryPolicy]) says yes; and the wait before
+// the next attempt ends before the context's deadline, or it is a
+// Retry-After that can be cut short (below).
 //
 //	request                    retried on                               never retried on
 //	keyed mutation             transport errors (connection refused or  400, 401, 403, 404, 422, other 4xx;
@@ -83,14 +90,21 @@
 // transport waits that long first and then the random time: at least the
 // server's hint, and never in step with other clients told the same hint.
 // An idemkey server's 409 hints when the first request with the key is
-// likely done, at least one second: with short hints it is the attempts
-// and the context, not the hint, that bound how long the transport keeps
-// asking (about maxAttempts-1 hints; raise [WithMaxAttempts] for operations
-// that run for many seconds). A Retry-After longer than the limit set with
-// [WithRetryAfterLimit] (default one minute) is not waited for and the
-// response goes back to the caller. The transport never sleeps past the
-// request context's deadline: when the next wait would end at or after it,
-// the last response (or error) goes back to the caller at once. When the
+// likely done, at least one second, and for a first request that runs
+// longer than usual a hint that grows with how long it has run (at most
+// 10 s). Such 409s are retried for the in-flight wait, not a number of
+// attempts: a server that died holding the key answers 409 until the
+// claim's life ends (the route's deadline plus 5 s, 35 s by default), and
+// the in-flight wait outlasts that. A Retry-After longer than the limit
+// set with [WithRetryAfterLimit] (default one minute) is not waited for and
+// the response goes back to the caller. The transport never sleeps past
+// the request context's deadline. When a Retry-After would end at or after
+// it (or after the in-flight wait), the transport waits what is left,
+// less room for one more attempt (twice the longest attempt so far, at
+// least 100 ms, before the deadline), and tries once more: the first
+// request may well have answered by then. When a wait of its own choosing
+// (backoff without a Retry-After) would end at or after the deadline, the
+// last response (or error) goes back to the caller at once. When the
 // context is cancelled during a wait, RoundTrip returns an error that
 // matches the context's error with [errors.Is].
 //

@@ -5,6 +5,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -213,7 +214,7 @@ func TestConflictThenSuccessHonoursRetryAfter(t *testing.T) {
 	}
 }
 
-func TestConflictPastTheDeadlineReturnsAtOnce(t *testing.T) {
+func TestConflictPastTheDeadlineWaitsWhatItCanAndTriesOnceMore(t *testing.T) {
 	srv, started, release, runs := holdingServer(t, protected(t, middleware.WithDeadline(time.Minute)))
 	first := inFlight(t, srv.URL, "op-2", "{}", started)
 	defer func() {
@@ -224,7 +225,8 @@ func TestConflictPastTheDeadlineReturnsAtOnce(t *testing.T) {
 	}()
 
 	// The server's hint is at least a second; the caller gives the whole
-	// call half a second of the fake clock.
+	// call half a second of the fake clock: the transport waits what it can
+	// (less room for an attempt) and tries once more.
 	tr, clk := newTest(t, WithRetryAfterLimit(time.Hour))
 	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(500*time.Millisecond))
 	defer cancel()
@@ -239,8 +241,9 @@ func TestConflictPastTheDeadlineReturnsAtOnce(t *testing.T) {
 	if n, _ := strconv.Atoi(resp.Header.Get("Retry-After")); n < 1 {
 		t.Errorf("Retry-After %q, want at least a second", resp.Header.Get("Retry-After"))
 	}
-	if len(clk.Sleeps()) != 0 || runs.Load() != 1 {
-		t.Errorf("waits %v, %d runs; want no wait and only the first run", clk.Sleeps(), runs.Load())
+	want := []time.Duration{500*time.Millisecond - minAttemptRoom}
+	if !slices.Equal(clk.Sleeps(), want) || runs.Load() != 1 {
+		t.Errorf("waits %v, %d runs; want %v and only the first run", clk.Sleeps(), runs.Load(), want)
 	}
 }
 
@@ -454,3 +457,67 @@ func TestQuotedKeyReachesTheHandler(t *testing.T) {
 		t.Errorf("the handler saw keys %q, want [%q]", seen, key)
 	}
 }
+
+// TestSlowFirstRunOnAFastRouteIsWaitedFor is the case of the report: a
+// route whose first runs take milliseconds, then one that takes seconds.
+// A repeat used to get 409 with Retry-After 35 (the claim's whole life),
+// which a caller with a 30 s budget gave up on at once, in milliseconds,
+// although the first run answered soon after. The hint is now short, and
+// the transport waits for the answer.
+func TestSlowFirstRunOnAFastRouteIsWaitedFor(t *testing.T) {
+	m := protected(t)
+	started, hold := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	var runs atomic.Int32
+	srv := httptest.NewServer(m.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		if r.Header.Get("Idempotency-Key") == "slow" {
+			close(started)
+			<-hold
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "done")
+	})))
+	t.Cleanup(srv.Close)
+	t.Cleanup(release)
+	for i := range 3 { // the route's first runs: fast
+		resp := <-inFlight(t, srv.URL, fmt.Sprint("warm-", i), "{}", closedChan)
+		resp.Body.Close()
+	}
+	first := inFlight(t, srv.URL, "slow", "{}", started)
+
+	var afters []string
+	base := rtFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := http.DefaultTransport.RoundTrip(r)
+		if err == nil {
+			afters = append(afters, resp.Header.Get("Retry-After"))
+		}
+		return resp, err
+	})
+	tr, clk := newTest(t, WithBase(base))
+	clk.onSleep = func(context.Context) error {
+		// While the caller waits, the first run answers.
+		release()
+		if resp := <-first; resp != nil {
+			resp.Body.Close()
+		}
+		return nil
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(30*time.Second))
+	defer cancel()
+	resp, err := tr.RoundTrip(post(t, WithKey(ctx, "slow"), srv.URL, "{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp); resp.StatusCode != http.StatusCreated || body != "done" || !Replayed(resp) {
+		t.Errorf("got %d %q replayed %v, want the first run's kept 201", resp.StatusCode, body, Replayed(resp))
+	}
+	if len(afters) != 2 || afters[0] != "1" {
+		t.Errorf("Retry-After of the answers %q, want 1 on the 409", afters)
+	}
+	if runs.Load() != 4 {
+		t.Errorf("%d runs, want 4 (3 warm, 1 slow)", runs.Load())
+	}
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

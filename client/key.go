@@ -54,6 +54,9 @@ func (t *Transport) chooseKey(req *http.Request, method string) (key string, set
 		}
 		return strings.TrimSpace(vs[0]), false, nil
 	}
+	if k, ok := t.redirectedKey(req, method); ok {
+		return k, true, nil
+	}
 	ctx := req.Context()
 	if k, _ := ctx.Value(keyContextKey{}).(string); k != "" {
 		if !idemkey.ValidKey(k) {
@@ -88,4 +91,26 @@ func endpointName(method string, req *http.Request) string {
 		host = req.Host
 	}
 	return method + " " + strings.ToLower(host) + req.URL.EscapedPath()
+}
+
+// redirectedKey returns the key the transport sent with the request that
+// req follows when req is http.Client following a 307 or 308 redirect: the
+// same logical request sent again (same method, same body) to another
+// URL, which must keep its key. A 301, 302 or 303 that changes the method
+// starts a new request, which gets its own key (or none, as a GET).
+func (t *Transport) redirectedKey(req *http.Request, method string) (string, bool) {
+	prev := req.Response
+	if prev == nil || prev.Request == nil || methodOf(prev.Request) != method {
+		return "", false
+	}
+	switch prev.StatusCode {
+	case http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+	default:
+		return "", false
+	}
+	k, err := idemkey.ParseKey(prev.Request.Header.Values(t.header))
+	if err != nil {
+		return "", false
+	}
+	return k, true
 }

@@ -240,3 +240,41 @@ func TestTraceReportsTheCallersKeyUnquoted(t *testing.T) {
 		}
 	}
 }
+
+// TestRedirectKeepsTheKey: http.Client follows a 307 or 308 with the same
+// method and body: the same logical request, which must keep its key (it
+// used to get a fresh one, so the new URL ran it as a new request). A 303
+// turns it into a GET, which gets none.
+func TestRedirectKeepsTheKey(t *testing.T) {
+	for _, code := range []int{http.StatusTemporaryRedirect, http.StatusPermanentRedirect, http.StatusSeeOther} {
+		s, srv := newScript(t, step{status: code, header: map[string]string{"Location": "/next"}}, step{status: http.StatusCreated})
+		tr, _ := newTest(t, WithBase(noKeepAlive(t)))
+		c := &http.Client{Transport: tr}
+		for name, ctx := range map[string]context.Context{
+			"generated": context.Background(),
+			"derived":   idemkey.NewContext(context.Background(), idemkey.Key{Scope: "alice", Value: "in-1"}),
+		} {
+			s.mu.Lock()
+			s.reqs = nil
+			s.mu.Unlock()
+			resp, err := c.Do(post(t, ctx, srv.URL+"/first", "b"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			got := s.Seen()
+			if len(got) != 2 || got[0].Key == "" || got[1].Path != "/next" {
+				t.Fatalf("%d, %s: server saw %+v", code, name, got)
+			}
+			if code == http.StatusSeeOther {
+				if got[1].Method != http.MethodGet || got[1].Key != "" {
+					t.Errorf("%d, %s: the redirected request is %s with key %q, want a GET without one", code, name, got[1].Method, got[1].Key)
+				}
+				continue
+			}
+			if got[1].Method != http.MethodPost || got[1].Key != got[0].Key || got[1].Body != "b" {
+				t.Errorf("%d, %s: keys %q then %q (%s %q), want one key for the redirected POST", code, name, got[0].Key, got[1].Key, got[1].Method, got[1].Body)
+			}
+		}
+	}
+}

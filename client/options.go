@@ -16,7 +16,8 @@ const (
 	// protocol's idemkey.Header.
 	DefaultHeader = idemkey.Header
 	// DefaultMaxAttempts is the most attempts one logical request makes,
-	// the first included.
+	// the first included (409s with a Retry-After aside: see
+	// DefaultInFlightWait).
 	DefaultMaxAttempts = 4
 	// DefaultBackoffBase is the ceiling of the first wait between attempts.
 	DefaultBackoffBase = 100 * time.Millisecond
@@ -26,6 +27,11 @@ const (
 	// DefaultRetryAfterLimit is the longest Retry-After the transport waits
 	// for.
 	DefaultRetryAfterLimit = time.Minute
+	// DefaultInFlightWait is how long the transport keeps retrying while
+	// the server answers that the first request with the key is still
+	// running: one minute, longer than the life of a claim under the
+	// middleware's default deadline (30 s plus 5 s).
+	DefaultInFlightWait = time.Minute
 	// DefaultBodyBufferLimit is how many bytes of a request body without
 	// GetBody are held in memory so it can be sent again: 1 MiB.
 	DefaultBodyBufferLimit = 1 << 20
@@ -44,6 +50,7 @@ type config struct {
 	backoffBase     time.Duration
 	backoffCap      time.Duration
 	retryAfterLimit time.Duration
+	inFlightWait    time.Duration
 	newKey          func() string
 	policy          RetryPolicy
 	bodyLimit       int64
@@ -58,6 +65,7 @@ func defaultConfig() config {
 		backoffBase:     DefaultBackoffBase,
 		backoffCap:      DefaultBackoffCap,
 		retryAfterLimit: DefaultRetryAfterLimit,
+		inFlightWait:    DefaultInFlightWait,
 		newKey:          uuid.NewString,
 		policy:          DefaultRetryPolicy,
 		bodyLimit:       DefaultBodyBufferLimit,
@@ -109,8 +117,10 @@ func WithHeader(name string) Option {
 }
 
 // WithMaxAttempts sets the most attempts one logical request makes, the first
-// included. The default is DefaultMaxAttempts, 4. 1 turns retries off; less
-// than 1 is an error.
+// included, not counting those answered 409 with a Retry-After, which the
+// in-flight wait bounds instead (see WithInFlightWait). The default is
+// DefaultMaxAttempts, 4. 1 turns retries off, those included; less than 1
+// is an error.
 func WithMaxAttempts(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
@@ -150,6 +160,28 @@ func WithRetryAfterLimit(d time.Duration) Option {
 			return fmt.Errorf("WithRetryAfterLimit: %v is negative", d)
 		}
 		c.retryAfterLimit = d
+		return nil
+	}
+}
+
+// WithInFlightWait sets how long, from the first attempt, the transport
+// keeps retrying a request whose attempts are answered 409 with a
+// Retry-After: the server saying that the first request with the key is
+// still running. Such answers do not count against the attempts of
+// WithMaxAttempts; the retries stop when the answer is something else,
+// when this time is up, or at the context's deadline. A Retry-After that
+// would end past this time is cut short for one last attempt. The default
+// is DefaultInFlightWait, one minute, which covers the life of a claim
+// under the idemkey middleware's default deadline (30 s, plus 5 s): the
+// time during which the claim of a request whose server died answers 409.
+// Zero makes such answers count against the attempts like any other;
+// negative is an error.
+func WithInFlightWait(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("WithInFlightWait: %v is negative", d)
+		}
+		c.inFlightWait = d
 		return nil
 	}
 }

@@ -31,6 +31,9 @@ func TestNewAppliesDefaults(t *testing.T) {
 	if tr.retryAfterLimit != time.Minute {
 		t.Errorf("retryAfterLimit = %v, want 1m", tr.retryAfterLimit)
 	}
+	if tr.inFlightWait != time.Minute {
+		t.Errorf("inFlightWait = %v, want 1m", tr.inFlightWait)
+	}
 	if tr.bodyLimit != 1<<20 {
 		t.Errorf("bodyLimit = %d, want 1 MiB", tr.bodyLimit)
 	}
@@ -55,12 +58,12 @@ func TestOptionsAreApplied(t *testing.T) {
 	policy := func(Attempt) bool { return true }
 	tr, err := New(WithBase(base), WithHeader("x-idempotency-key"), WithMaxAttempts(7),
 		WithBackoff(time.Second, time.Minute), WithRetryAfterLimit(0), WithKeyGenerator(gen),
-		WithoutAutoKey(), WithRetryPolicy(policy), WithBodyBufferLimit(0))
+		WithInFlightWait(0), WithoutAutoKey(), WithRetryPolicy(policy), WithBodyBufferLimit(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tr.header != "X-Idempotency-Key" || tr.maxAttempts != 7 || tr.backoffBase != time.Second ||
-		tr.backoffCap != time.Minute || tr.retryAfterLimit != 0 || tr.autoKey || tr.bodyLimit != 0 ||
+		tr.backoffCap != time.Minute || tr.retryAfterLimit != 0 || tr.inFlightWait != 0 || tr.autoKey || tr.bodyLimit != 0 ||
 		tr.newKey() != "k" || !tr.policy(Attempt{}) {
 		t.Errorf("options not applied: %+v", tr.config)
 	}
@@ -78,6 +81,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		"zero base":             WithBackoff(0, time.Second),
 		"cap below base":        WithBackoff(time.Second, time.Millisecond),
 		"negative retry limit":  WithRetryAfterLimit(-time.Second),
+		"negative in-flight":    WithInFlightWait(-time.Second),
 		"nil key generator":     WithKeyGenerator(nil),
 		"nil policy":            WithRetryPolicy(nil),
 		"negative buffer limit": WithBodyBufferLimit(-1),

@@ -113,6 +113,12 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	if set {
 		header = idemkey.FormatKey(key)
 	}
+	var (
+		start   = t.now()
+		counted int           // attempts that count against maxAttempts
+		longest time.Duration // the longest attempt so far
+		final   bool          // this attempt is the last, whatever it answers
+	)
 	for n := 1; ; n++ {
 		out := req.Clone(ctx)
 		if set {
@@ -131,19 +137,32 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		if body.length >= 0 {
 			out.ContentLength = body.length
 		}
+		sent := t.now()
 		resp, err = base.RoundTrip(out)
+		longest = max(longest, t.now().Sub(sent))
 		switch {
 		case err != nil && resp != nil:
 			discard(resp)
 			resp = nil
 		case err == nil && resp == nil:
 			err = errNoResponse
+		case err == nil && resp.Request == nil:
+			// The request that got resp, key included: http.Client hands
+			// it to the next hop of a redirect (see redirectedKey).
+			resp.Request = out
 		}
 		if tr != nil {
 			tr.Attempts = n
 		}
+		inFlight := t.inFlightWait > 0 && inFlightAnswer(resp)
+		if !inFlight {
+			counted++
+		}
 
-		if !retryable || n >= t.maxAttempts || body.get == nil || ctx.Err() != nil {
+		if !retryable || final || body.get == nil || ctx.Err() != nil {
+			return resp, err
+		}
+		if inFlight && !t.now().Before(start.Add(t.inFlightWait)) || !inFlight && counted >= t.maxAttempts {
 			return resp, err
 		}
 		if !t.policy(Attempt{Number: n, Key: key, Request: out, Response: resp, Err: err}) {
@@ -153,8 +172,27 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		if !ok {
 			return resp, err
 		}
-		if deadline, has := ctx.Deadline(); has && !t.now().Add(wait).Before(deadline) {
-			return resp, err
+		// The budget: the context's deadline, and for an in-flight answer
+		// the in-flight wait. A wait that ends past it is not made; but a
+		// wait the server asked for (Retry-After) is cut to what is left,
+		// less room for one more attempt before the deadline, for one last
+		// attempt: the first request may well have answered by then.
+		now := t.now()
+		deadline, hasDeadline := ctx.Deadline()
+		pastDeadline := hasDeadline && !now.Add(wait).Before(deadline)
+		pastInFlight := inFlight && !now.Add(wait).Before(start.Add(t.inFlightWait))
+		if pastDeadline || pastInFlight {
+			if _, hinted := retryAfter(resp, now); !hinted {
+				return resp, err
+			}
+			end := start.Add(t.inFlightWait)
+			if hasDeadline && (!inFlight || deadline.Add(-max(2*longest, minAttemptRoom)).Before(end)) {
+				end = deadline.Add(-max(2*longest, minAttemptRoom))
+			}
+			if !now.Before(end) {
+				return resp, err
+			}
+			wait, final = end.Sub(now), true
 		}
 		next, gerr := body.get()
 		if gerr != nil {
@@ -174,6 +212,19 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		}
 		body.next = next
 	}
+}
+
+// minAttemptRoom is the least time left before the context's deadline for
+// a last attempt that a Retry-After past the deadline is cut short for:
+// the attempt needs at least twice as long as the longest attempt so far,
+// and never less than this.
+const minAttemptRoom = 100 * time.Millisecond
+
+// inFlightAnswer reports whether resp says that the first request with the
+// key is still running: a 409 with a Retry-After, as an idemkey server (and
+// Stripe's API) answers then.
+func inFlightAnswer(resp *http.Response) bool {
+	return resp != nil && resp.StatusCode == http.StatusConflict && resp.Header.Get("Retry-After") != ""
 }
 
 // CloseIdleConnections closes the idle connections of the base RoundTripper

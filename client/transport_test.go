@@ -328,18 +328,60 @@ func defaultJitter(t *testing.T) func(int64) int64 {
 	return tr.jitter
 }
 
-func TestRetryAfterPastTheDeadlineReturnsAtOnce(t *testing.T) {
-	s, srv := newScript(t, step{status: http.StatusConflict, header: map[string]string{"Retry-After": "7200"}, body: "in flight"},
-		step{status: http.StatusOK})
-	tr, clk := newTest(t, WithBase(noKeepAlive(t)), WithRetryAfterLimit(3*time.Hour))
-	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(time.Hour))
+// TestRetryAfterPastTheDeadlineWaitsWhatItCanAndTriesOnceMore: a 409 whose
+// Retry-After (35 s, the claim's whole life) ends past the caller's 30 s
+// budget used to go back to the caller at once, after one attempt, although
+// the first request answered 2.5 s later. The transport waits what is left
+// of the budget, less room for one attempt, and tries once more.
+func TestRetryAfterPastTheDeadlineWaitsWhatItCanAndTriesOnceMore(t *testing.T) {
+	s, srv := newScript(t, step{status: http.StatusConflict, header: map[string]string{"Retry-After": "35"}, body: "in flight"},
+		step{status: http.StatusCreated, header: map[string]string{"Idempotent-Replayed": "true"}, body: "made"},
+		step{status: http.StatusTeapot})
+	tr, clk := newTest(t, WithBase(noKeepAlive(t)))
+	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(30*time.Second))
 	defer cancel()
 	resp, err := tr.RoundTrip(post(t, ctx, srv.URL, "b"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if body := readAll(t, resp); resp.StatusCode != http.StatusCreated || body != "made" {
+		t.Errorf("got %d %q, want the replayed 201", resp.StatusCode, body)
+	}
+	if got := clk.Sleeps(); len(s.Seen()) != 2 || !slices.Equal(got, []time.Duration{30*time.Second - minAttemptRoom}) {
+		t.Errorf("%d attempts, waits %v; want 2 and [%v]", len(s.Seen()), got, 30*time.Second-minAttemptRoom)
+	}
+
+	// Still in flight at the last attempt: that answer goes back, with no
+	// further wait.
+	s, srv = newScript(t, step{status: http.StatusConflict, header: map[string]string{"Retry-After": "7200"}, body: "in flight"})
+	tr, clk = newTest(t, WithBase(noKeepAlive(t)), WithRetryAfterLimit(3*time.Hour))
+	ctx, cancel = context.WithDeadline(context.Background(), clk.Now().Add(time.Hour))
+	defer cancel()
+	resp, err = tr.RoundTrip(post(t, ctx, srv.URL, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if resp.StatusCode != http.StatusConflict || readAll(t, resp) != "in flight" {
 		t.Errorf("got %d, want the 409 with its body", resp.StatusCode)
+	}
+	if got := clk.Sleeps(); len(s.Seen()) != 2 || !slices.Equal(got, []time.Duration{DefaultInFlightWait}) {
+		t.Errorf("%d attempts, waits %v; want 2 and the in-flight wait", len(s.Seen()), got)
+	}
+}
+
+// TestBackoffPastTheDeadlineReturnsAtOnce: a wait of the transport's own
+// choosing (no Retry-After) that ends past the deadline is not cut short.
+func TestBackoffPastTheDeadlineReturnsAtOnce(t *testing.T) {
+	s, srv := newScript(t, step{status: http.StatusServiceUnavailable, body: "busy"}, step{status: http.StatusOK})
+	tr, clk := newTest(t, WithBase(noKeepAlive(t)), WithBackoff(time.Hour, time.Hour))
+	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(time.Minute))
+	defer cancel()
+	resp, err := tr.RoundTrip(post(t, ctx, srv.URL, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable || readAll(t, resp) != "busy" {
+		t.Errorf("got %d, want the 503 with its body", resp.StatusCode)
 	}
 	if len(s.Seen()) != 1 || len(clk.Sleeps()) != 0 {
 		t.Errorf("%d attempts, waits %v; want 1 and none", len(s.Seen()), clk.Sleeps())
@@ -575,12 +617,14 @@ func TestConflictWithAOneSecondHintThenReplay(t *testing.T) {
 	}
 }
 
-// TestShortHintsAreBoundedByAttemptsAndTheDeadline: with a 1 s hint the
-// attempts and the context, not the hint, bound how long the client waits
-// for a first request that is still running.
-func TestShortHintsAreBoundedByAttemptsAndTheDeadline(t *testing.T) {
+// TestShortHintsAreBoundedByTheInFlightWaitAndTheDeadline: 409s with a
+// Retry-After (the first request still runs) do not spend the attempts:
+// the in-flight wait and the context bound how long the client keeps
+// asking, so that it outlasts the claim of a server that died (409s until
+// the claim's life ends). The last wait is cut to what is left.
+func TestShortHintsAreBoundedByTheInFlightWaitAndTheDeadline(t *testing.T) {
 	conflict := step{status: http.StatusConflict, header: map[string]string{"Retry-After": "1"}, body: "in flight"}
-	t.Run("attempts", func(t *testing.T) {
+	t.Run("in-flight wait", func(t *testing.T) {
 		s, srv := newScript(t, conflict)
 		tr, clk := newTest(t, WithBase(noKeepAlive(t)), WithMaxAttempts(3))
 		tr.jitter = halfJitter
@@ -591,6 +635,42 @@ func TestShortHintsAreBoundedByAttemptsAndTheDeadline(t *testing.T) {
 		if body := readAll(t, resp); resp.StatusCode != http.StatusConflict || body != "in flight" {
 			t.Errorf("got %d %q, want the last 409", resp.StatusCode, body)
 		}
+		var total time.Duration
+		for _, d := range clk.Sleeps() {
+			total += d
+		}
+		if total != DefaultInFlightWait || len(s.Seen()) != len(clk.Sleeps())+1 || len(s.Seen()) <= 3 {
+			t.Errorf("%d attempts, waits %v (%v); want more than 3, waiting the in-flight wait in all", len(s.Seen()), clk.Sleeps(), total)
+		}
+	})
+	t.Run("dead owner", func(t *testing.T) {
+		// An instance died holding the claim: 409s for the claim's 35 s
+		// with hints that grow as the middleware's do, then the run.
+		var steps []step
+		for _, ra := range []string{"1", "1", "2", "3", "4", "6", "9", "10"} {
+			steps = append(steps, step{status: http.StatusConflict, header: map[string]string{"Retry-After": ra}})
+		}
+		steps = append(steps, step{status: http.StatusCreated, body: "made"})
+		s, srv := newScript(t, steps...)
+		tr, _ := newTest(t, WithBase(noKeepAlive(t)))
+		tr.jitter = halfJitter
+		resp, err := tr.RoundTrip(post(t, context.Background(), srv.URL, "b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body := readAll(t, resp); resp.StatusCode != http.StatusCreated || body != "made" || len(s.Seen()) != 9 {
+			t.Errorf("got %d %q after %d attempts, want the 201 after 9", resp.StatusCode, body, len(s.Seen()))
+		}
+	})
+	t.Run("counted as attempts", func(t *testing.T) {
+		s, srv := newScript(t, conflict)
+		tr, clk := newTest(t, WithBase(noKeepAlive(t)), WithMaxAttempts(3), WithInFlightWait(0))
+		tr.jitter = halfJitter
+		resp, err := tr.RoundTrip(post(t, context.Background(), srv.URL, "b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
 		if len(s.Seen()) != 3 || len(clk.Sleeps()) != 2 {
 			t.Errorf("%d attempts, waits %v; want 3 and 2", len(s.Seen()), clk.Sleeps())
 		}
@@ -599,7 +679,8 @@ func TestShortHintsAreBoundedByAttemptsAndTheDeadline(t *testing.T) {
 		s, srv := newScript(t, conflict)
 		tr, clk := newTest(t, WithBase(noKeepAlive(t)), WithMaxAttempts(10))
 		tr.jitter = halfJitter
-		// Waits of 1.05 s and 1.1 s fit in 2.5 s; the third, 1.2 s, does not.
+		// Waits of 1.05 s and 1.1 s fit in 2.5 s less the room for an
+		// attempt; the third, 1.2 s, does not, and is cut to 250 ms.
 		ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(2500*time.Millisecond))
 		defer cancel()
 		resp, err := tr.RoundTrip(post(t, ctx, srv.URL, "b"))
@@ -607,9 +688,10 @@ func TestShortHintsAreBoundedByAttemptsAndTheDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusConflict || len(s.Seen()) != 3 || len(clk.Sleeps()) != 2 {
-			t.Errorf("got %d after %d attempts and waits %v; want the 409 after 3 and 2 waits",
-				resp.StatusCode, len(s.Seen()), clk.Sleeps())
+		want := []time.Duration{1050 * time.Millisecond, 1100 * time.Millisecond, 250 * time.Millisecond}
+		if resp.StatusCode != http.StatusConflict || len(s.Seen()) != 4 || !slices.Equal(clk.Sleeps(), want) {
+			t.Errorf("got %d after %d attempts and waits %v; want the 409 after 4 and waits %v",
+				resp.StatusCode, len(s.Seen()), clk.Sleeps(), want)
 		}
 	})
 }

@@ -529,3 +529,129 @@ func FuzzDecoders(f *testing.F) {
 		p.checkVariants(a, rand.New(rand.NewPCG(seed, uint64(len(a)))))
 	})
 }
+
+// queryDecoders read a query the ways a handler might: r.URL.Query()
+// (url.ParseQuery: the values, and whether it failed), and r.URL.RawQuery
+// split on '&' as it was sent. The order of segments with different names
+// is allowed to be normalised, so the raw reader sees the segments as a
+// sorted list.
+var queryDecoders = []decoder{
+	{"url.ParseQuery", func(b []byte) string {
+		v, err := url.ParseQuery(string(b))
+		if len(v) == 0 {
+			v = nil
+		}
+		return describe(v, err)
+	}},
+	{"RawQuery's segments", func(b []byte) string {
+		s := segments(b)
+		slices.Sort(s)
+		return fmt.Sprintf("%q", s)
+	}},
+}
+
+// querySum is the Default fingerprint of a POST /p?q with no body.
+func querySum(q []byte) [32]byte {
+	return Default(&http.Request{Method: "POST", URL: &url.URL{Path: "/p", RawQuery: string(q)}, Header: http.Header{}}, nil)
+}
+
+// queryCheck is propertyCheck for queries.
+type queryCheck struct {
+	t        testing.TB
+	shared   int
+	reported map[string]bool
+}
+
+// check reports two different queries that share a fingerprint although
+// a query decoder tells them apart.
+func (p *queryCheck) check(a, b []byte) {
+	p.t.Helper()
+	if bytes.Equal(a, b) || querySum(a) != querySum(b) {
+		return
+	}
+	p.shared++
+	for _, d := range queryDecoders {
+		if va, vb := d.read(a), d.read(b); va != vb && !p.reported[d.name] {
+			if p.reported == nil {
+				p.reported = map[string]bool{}
+			}
+			p.reported[d.name] = true
+			p.t.Errorf("queries %s and %s share a fingerprint, but %s tells them apart:\n%s\n%s", short(a), short(b), d.name, shortText(va), shortText(vb))
+		}
+	}
+}
+
+// checkVariants checks a against its respellings, reorderings and changed
+// empty segments, and that reordering the segments of different names of
+// a query url.ParseQuery reads never changes its fingerprint.
+func (p *queryCheck) checkVariants(a []byte, rng *rand.Rand) {
+	p.t.Helper()
+	for range 4 {
+		p.check(a, permuteSegments(a, rng))
+		p.check(a, respell(a, rng))
+		p.check(a, changeEmptySegments(a, rng))
+		p.check(a, respell(permuteSegments(a, rng), rng))
+	}
+	p.check(a, sortSegmentsByName(a))
+	if _, err := url.ParseQuery(string(a)); err == nil {
+		if b := permuteNames(a, rng); querySum(a) != querySum(b) {
+			p.t.Fatalf("queries %s and %s differ only in the order of segments with different names, but their fingerprints differ", short(a), short(b))
+		}
+	}
+}
+
+// TestQueryDecodersProperty: two queries a handler could tell apart, by
+// r.URL.Query() or by reading r.URL.RawQuery, never share a fingerprint
+// (a=%20 and a=+, a=%41 and a=A, a=1%26b=2 and a=1&b=2 used to), and the
+// order of segments with different names never makes two differ.
+func TestQueryDecodersProperty(t *testing.T) {
+	p := &queryCheck{t: t}
+	for _, pair := range [][2]string{
+		{"a=%20", "a=+"}, {"a=%41", "a=A"}, {"a=1%26b=2", "a=1&b=2"}, {"a", "a="}, {"a=1&&b=2", "a=1&b=2"},
+	} {
+		p.check([]byte(pair[0]), []byte(pair[1]))
+	}
+	rng := rand.New(rand.NewPCG(13, 14))
+	rounds := 3000
+	if testing.Short() {
+		rounds = 300
+	}
+	for range rounds {
+		p.checkVariants(genForm(rng), rng)
+	}
+	// The check means something only if it met shared fingerprints.
+	if p.shared < 100 {
+		t.Errorf("only %d pairs of different queries shared a fingerprint; the generators no longer reach the property", p.shared)
+	}
+}
+
+// FuzzQueryDecoders checks the query property on a pair of queries and on
+// the variants of the first.
+func FuzzQueryDecoders(f *testing.F) {
+	f.Add([]byte("a=%20"), []byte("a=+"), uint64(1))
+	f.Add([]byte("a=%41&b=1"), []byte("b=1&a=A"), uint64(2))
+	f.Add([]byte("a=1%26b=2"), []byte("a=1&b=2"), uint64(3))
+	f.Add([]byte("%61=1&a=2&&b"), []byte("b&a=2&%61=1&"), uint64(4))
+	f.Fuzz(func(t *testing.T, a, b []byte, seed uint64) {
+		p := &queryCheck{t: t}
+		p.check(a, b)
+		p.checkVariants(a, rand.New(rand.NewPCG(seed, uint64(len(a)))))
+	})
+}
+
+// queryModel is what the fingerprint of a query depends on: for one
+// url.ParseQuery reads, the number of '&' in it and its non-empty segments
+// as sent, sorted stably by decoded name; for any other, its bytes.
+func queryModel(q string) string {
+	if _, err := url.ParseQuery(q); err != nil {
+		return "raw " + q
+	}
+	segs := strings.Split(q, "&")
+	kept := slices.DeleteFunc(slices.Clone(segs), func(s string) bool { return s == "" })
+	slices.SortStableFunc(kept, func(a, b string) int {
+		na, _ := decodedName(a)
+		nb, _ := decodedName(b)
+		return strings.Compare(na, nb)
+	})
+	return fmt.Sprintf("%d %q", len(segs)-1, kept)
+}

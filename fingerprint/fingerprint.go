@@ -25,12 +25,24 @@
 //     case-sensitive).
 //   - Path ('P'): the escaped path, r.URL.EscapedPath(), as it is: /a%2Fb
 //     and /a/b differ, and so do /a and /a/.
-//   - Query ('Q'): the query parsed the way url.ParseQuery parses it, '+'
-//     and percent escapes decoded; the pairs sorted by name, the values of
-//     one name kept in their order, each name and value length-prefixed. So
-//     b=2&a=1 and a=1&b=2 are the same, and so are a=%41 and a=A, but
-//     a=1&a=2 and a=2&a=1 differ. A query url.ParseQuery rejects (a ';', a
-//     malformed escape) is covered as its raw bytes under the tag 'q'.
+//   - Query: the raw query (r.URL.RawQuery) read the way a form body is,
+//     escapes kept as sent: two queries share it only when they have the
+//     same '&'-separated segments, byte for byte, in the same order among
+//     the segments whose names url.ParseQuery decodes alike. So b=2&a=1
+//     and a=1&b=2 are the same, but a=%20 and a=+, a=%41 and a=A, and
+//     a=1%26b=2 and a=1&b=2 differ (a handler may read RawQuery), and so do
+//     a=1&a=2 and a=2&a=1. A plain query, whose every segment is non-empty,
+//     holds a '=' and has no '%', '+' or ';' (and the empty query), is
+//     written under the tag 'Q': its pairs sorted by name, the values of
+//     one name kept in their order, each name and value length-prefixed,
+//     as every query was before. Any other query that url.ParseQuery reads
+//     is written under the tag 'S' as a form body is under 'U' (below): the
+//     number of '&', then the non-empty segments as sent, length-prefixed,
+//     sorted stably by decoded name. A query url.ParseQuery rejects (a ';',
+//     a malformed escape) is covered as its raw bytes under the tag 'q'.
+//     Until this release every query url.ParseQuery read was written under
+//     'Q' decoded, so a fingerprint kept then of a query that was not
+//     plain can equal today's of its decoded spelling.
 //   - MediaType ('T'): the Content-Type header parsed by RFC 9110: the
 //     length-prefixed type/subtype in lower case, then its parameters sorted
 //     by name as for Query (names in lower case; quoted values without their
@@ -118,8 +130,8 @@ const (
 	Method Field = 1 << iota
 	// Path is the escaped path, r.URL.EscapedPath().
 	Path
-	// Query is the canonical query: pairs sorted by name, each name's values
-	// in their order.
+	// Query is the canonical query: its segments as sent, sorted by name,
+	// each name's values in their order.
 	Query
 	// MediaType is the representation metadata: the canonical
 	// Content-Type (type/subtype and parameters) and, when the request has
@@ -220,18 +232,19 @@ const prefix = "idemkey fingerprint v1\n"
 // Field tags. A lower-case tag marks raw bytes kept because the canonical
 // reading failed or would not be safe.
 const (
-	tagMethod       = 'M'
-	tagPath         = 'P'
-	tagQuery        = 'Q'
-	tagRawQuery     = 'q'
-	tagMediaType    = 'T'
-	tagRawMediaType = 't'
-	tagEncoding     = 'E'
-	tagJSON         = 'J'
-	tagRawJSON      = 'j'
-	tagForm         = 'U'
-	tagRawForm      = 'f'
-	tagBody         = 'B'
+	tagMethod        = 'M'
+	tagPath          = 'P'
+	tagQuery         = 'Q'
+	tagQuerySegments = 'S'
+	tagRawQuery      = 'q'
+	tagMediaType     = 'T'
+	tagRawMediaType  = 't'
+	tagEncoding      = 'E'
+	tagJSON          = 'J'
+	tagRawJSON       = 'j'
+	tagForm          = 'U'
+	tagRawForm       = 'f'
+	tagBody          = 'B'
 	// 'F' was the tag of form bodies read with their escapes decoded, which
 	// gave bodies a handler tells apart one fingerprint. It is never written
 	// again, so no fingerprint kept from that reading can equal one of
@@ -304,10 +317,15 @@ func (s *scratch) sum(fields Field, q *request, body []byte) [32]byte {
 		b = appendField(b, tagPath, q.path)
 	}
 	if fields&Query != 0 {
-		if parseQuery(&s.pairs, q.query) {
+		switch {
+		case plainQuery(q.query):
+			parseQuery(&s.pairs, q.query)
 			s.field = s.pairs.appendSorted(s.field[:0])
 			b = appendField(b, tagQuery, s.field)
-		} else {
+		case parseQuerySegments(&s.pairs, q.query):
+			s.field = appendSegments(&s.pairs, s.field[:0], q.query)
+			b = appendField(b, tagQuerySegments, s.field)
+		default:
 			b = appendField(b, tagRawQuery, q.query)
 		}
 	}

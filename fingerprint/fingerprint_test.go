@@ -54,8 +54,9 @@ func TestSumEqual(t *testing.T) {
 		{"charset case and quotes", req{"POST", "/", "", "application/json; charset=UTF-8", `{}`, nil}, req{"POST", "/", "", `application/json; Charset="utf-8"`, `{}`, nil}},
 		{"parameter order", req{"POST", "/", "", "text/plain; a=1; b=2", `x`, nil}, req{"POST", "/", "", "text/plain; b=2; a=1", `x`, nil}},
 		{"query key order", req{"POST", "/", "a=1&b=2", "", "", nil}, req{"POST", "/", "b=2&a=1", "", "", nil}},
-		{"query escapes", req{"POST", "/", "a=%41+b&c=%2f", "", "", nil}, req{"POST", "/", "a=A%20b&c=/", "", "", nil}},
-		{"query empty pairs", req{"POST", "/", "a=1&&b=", "", "", nil}, req{"POST", "/", "b&a=1", "", "", nil}},
+		{"query escapes reordered", req{"POST", "/", "a=%41+b&c=%2f", "", "", nil}, req{"POST", "/", "c=%2f&a=%41+b", "", "", nil}},
+		{"query empty pairs reordered", req{"POST", "/", "a=1&&b", "", "", nil}, req{"POST", "/", "b&&a=1", "", "", nil}},
+		{"query names decoded for the order", req{"POST", "/", "%62=2&a=1", "", "", nil}, req{"POST", "/", "a=1&%62=2", "", "", nil}},
 		{"query interleaved keys", req{"POST", "/", "a=1&b=0&a=2", "", "", nil}, req{"POST", "/", "b=0&a=1&a=2", "", "", nil}},
 		{"form pair order", req{"POST", "/", "", form, "a=1&b=2", nil}, req{"POST", "/", "", form, "b=2&a=1", nil}},
 		{"form pair order, escapes kept", req{"POST", "/", "", form, "name=J%C3%B6rg+M&email=j%40x.eu", nil}, req{"POST", "/", "", form, "email=j%40x.eu&name=J%C3%B6rg+M", nil}},
@@ -96,6 +97,14 @@ func TestSumDistinct(t *testing.T) {
 		{"query value order", req{"POST", "/", "a=1&a=2", "", "", nil}, req{"POST", "/", "a=2&a=1", "", "", nil}},
 		{"query vs none", req{"POST", "/", "a=", "", "", nil}, req{"POST", "/", "", "", "", nil}},
 		{"query split", req{"POST", "/", "a=b%26c", "", "", nil}, req{"POST", "/", "a=b&c", "", "", nil}},
+		// A handler reading r.URL.RawQuery tells escapes apart.
+		{"query %20 and +", req{"POST", "/", "a=%20", "", "", nil}, req{"POST", "/", "a=+", "", "", nil}},
+		{"query %41 and A", req{"POST", "/", "a=%41", "", "", nil}, req{"POST", "/", "a=A", "", "", nil}},
+		{"query %26 and &", req{"POST", "/", "a=1%26b=2", "", "", nil}, req{"POST", "/", "a=1&b=2", "", "", nil}},
+		{"query escaped name", req{"POST", "/", "%61=1", "", "", nil}, req{"POST", "/", "a=1", "", "", nil}},
+		{"query empty pair", req{"POST", "/", "a=1&&b=2", "", "", nil}, req{"POST", "/", "a=1&b=2", "", "", nil}},
+		{"query name without =", req{"POST", "/", "a", "", "", nil}, req{"POST", "/", "a=", "", "", nil}},
+		{"query values of one name", req{"POST", "/", "a=1&%61=2", "", "", nil}, req{"POST", "/", "%61=2&a=1", "", "", nil}},
 		{"query malformed", req{"POST", "/", "a=%zz", "", "", nil}, req{"POST", "/", "a=%25zz", "", "", nil}},
 		{"query semicolon", req{"POST", "/", "a=1;b=2", "", "", nil}, req{"POST", "/", "a=1&b=2", "", "", nil}},
 		{"media type", req{"POST", "/", "", "application/json", `{}`, nil}, req{"POST", "/", "", "application/vnd.api+json", `{}`, nil}},
@@ -194,7 +203,7 @@ func TestSumLayout(t *testing.T) {
 	b := []byte("idemkey fingerprint v1\n")
 	b = field(b, 'M', "POST")
 	b = field(b, 'P', "/a%20b")
-	b = field(b, 'Q', lp("x")+lp("1")+lp("y")+lp("2 3"))
+	b = field(b, 'S', string(binary.BigEndian.AppendUint64(nil, 1))+lp("x=1")+lp("y=2+3"))
 	b = field(b, 'T', lp("application/json")+lp("charset")+lp("utf-8"))
 	b = field(b, 'J', `{"a":[1,{"b":"é"}],"c":null}`)
 	want := sha256.Sum256(b)

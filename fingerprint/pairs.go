@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"slices"
+	"strings"
 )
 
 // pair is one name/value pair decoded into pairs.buf.
@@ -224,7 +225,7 @@ func startsJSON(seg []byte) bool {
 
 // validEscapes reports whether every '%' in s starts an escape that
 // url.QueryUnescape accepts.
-func validEscapes(s []byte) bool {
+func validEscapes[S string | []byte](s S) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] == '%' {
 			if i+2 >= len(s) {
@@ -250,6 +251,12 @@ func validEscapes(s []byte) bool {
 // their order, so each name's values stay in their order; escapes are never
 // decoded, so a+b, a%20b and a b stay three bodies.
 func (p *pairs) appendForm(dst, body []byte) []byte {
+	return appendSegments(p, dst, body)
+}
+
+// appendSegments appends the segments of src that parseForm or
+// parseQuerySegments read into p, as appendForm describes.
+func appendSegments[S string | []byte](p *pairs, dst []byte, src S) []byte {
 	buf := p.buf
 	slices.SortStableFunc(p.segs, func(a, b segment) int {
 		return bytes.Compare(buf[a.nameStart:a.nameEnd], buf[b.nameStart:b.nameEnd])
@@ -257,7 +264,58 @@ func (p *pairs) appendForm(dst, body []byte) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(p.amps))
 	for _, s := range p.segs {
 		dst = binary.BigEndian.AppendUint64(dst, uint64(s.end-s.start))
-		dst = append(dst, body[s.start:s.end]...)
+		dst = append(dst, src[s.start:s.end]...)
 	}
 	return dst
+}
+
+// plainQuery reports whether every segment of the URL query q reads the
+// same decoded as sent, so that its decoded pairs are its raw pairs: each
+// segment non-empty and holding a '=', and no '%', '+' or ';' anywhere.
+// The empty query is plain.
+func plainQuery(q string) bool {
+	if q == "" {
+		return true
+	}
+	for seg := range strings.SplitSeq(q, "&") {
+		if seg == "" || strings.IndexByte(seg, '=') < 0 || strings.ContainsAny(seg, "%+;") {
+			return false
+		}
+	}
+	return true
+}
+
+// parseQuerySegments reads q, a URL query, into p for appendSegments: its
+// segments as sent, each with its name decoded, as parseForm reads a form
+// body. It reports false for a query url.ParseQuery rejects: a ';' in it or
+// a malformed percent escape. Unlike a body, a query has no other reading
+// that reordering its segments could change: a handler reads r.URL.Query()
+// or r.URL.RawQuery.
+func parseQuerySegments(p *pairs, q string) bool {
+	p.reset()
+	for i := 0; i <= len(q); {
+		end := i
+		for end < len(q) && q[end] != '&' {
+			end++
+		}
+		seg := q[i:end]
+		start := i
+		i = end + 1
+		if end < len(q) {
+			p.amps++
+		}
+		if len(seg) == 0 {
+			continue
+		}
+		if strings.IndexByte(seg, ';') >= 0 {
+			return false
+		}
+		name, value, _ := strings.Cut(seg, "=")
+		ns := len(p.buf)
+		if !unescape(p, name) || !validEscapes(value) {
+			return false
+		}
+		p.segs = append(p.segs, segment{start, end, ns, len(p.buf)})
+	}
+	return true
 }

@@ -199,7 +199,14 @@ var pinnedRequests = []struct {
 	{"malformed content type", "POST", "/v1/orders", "b=2&a=1", "application/json; x", `{"a":1}`, nil, "32b578323fb5ba0fdd8d938851fe167bcb2404677986383e187e999fa40d4e36"},
 	{"no body", "DELETE", "/v1/orders/1", "", "", "", nil, "206d783af695dc0949c7644351648f7a3bb70397511689443737c97ae909645a"},
 	{"malformed query", "POST", "/search", "q=a+b&q=%41&q=;", "", "", nil, "3cb25d5d9a670d1eb6e16fcb37e1e08ae42d79091732817a887e3d2832fc4f46"},
-	{"query", "POST", "/search", "q=a+b&q=%41&r", "", "", nil, "3a429e62b9872e10dda469150f1c900f92f82c7b55184611764a52419b10dcca"},
+	// A query that is not plain (an escape, a '+', a name without '=').
+	// Until this release it was written decoded (tag 'Q'), which gave
+	// queries a handler reading RawQuery tells apart one fingerprint
+	// (q=%41 and q=A); it is now written as sent (tag 'S'), so this
+	// fingerprint changed: such a request kept before the upgrade and
+	// retried after it gets 422 instead of its replay. The earlier value
+	// was 3a429e62.... Plain queries (b=2&a=1 above) are unchanged.
+	{"query", "POST", "/search", "q=a+b&q=%41&r", "", "", nil, "a6158a865af223845f59b7a2197963582af18413cc2d64e81741f1fc13160cd2"},
 	// Form bodies url.ParseQuery rejects: their raw bytes, unchanged.
 	{"form with ';'", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", "a=1;b=2", nil, "0fbabe92ee8cef012693c35fd9fac0869b9a99436451201f94e80b5bbaccba5a"},
 	{"form with a bad escape", "POST", "/v1/orders", "", "application/x-www-form-urlencoded", "a=%zz&b=2", nil, "c293a5eba071404047f265fe7223653b9d4fa6cdedefd4dd014b557446bea968"},

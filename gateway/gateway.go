@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strings"
@@ -161,12 +162,21 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		sentAny bool  // some attempt may have reached its upstream
 		lastErr error // the last attempt's error
 	)
+	hold, _ := ctx.Value(earlyKey{}).(*early) // set by Proxy.ServeHTTP
 	for i, u := range order[:attempts] {
 		if i > 0 && ctx.Err() != nil {
 			break
 		}
 		var sent atomic.Bool
 		trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { sent.Store(true) }}
+		if hold != nil {
+			// Hold the 1xx of an attempt after which another may follow.
+			hold.begin(i, resendable && i+1 < attempts)
+			trace.Got1xxResponse = func(int, textproto.MIMEHeader) error {
+				hold.got(i)
+				return nil
+			}
+		}
 		out := req.WithContext(httptrace.WithClientTrace(ctx, trace))
 		out.URL = u.target(req.URL)
 		if err := body.set(out, i, resendable); err != nil {
@@ -176,8 +186,14 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		resp, err := transport.RoundTrip(out)
 		if err == nil {
+			if hold != nil {
+				hold.answered()
+			}
 			u.up()
 			return resp, nil
+		}
+		if hold != nil {
+			hold.failed()
 		}
 		if resp != nil && resp.Body != nil {
 			resp.Body.Close()

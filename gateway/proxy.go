@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"log"
 	"net/http"
@@ -19,7 +20,13 @@ import (
 // error (the proxy's own, for example a failed protocol upgrade) is logged
 // to the proxy's ErrorLog (the log package's standard logger when nil) and
 // answered with a bare 502, as httputil does by default.
-func (g *Gateway) ReverseProxy() *httputil.ReverseProxy {
+//
+// 1xx informational responses (103 Early Hints) of an attempt after which
+// the request may still go to another upstream are held until that attempt
+// answers, and dropped when it fails: the client never sees the hints of
+// an upstream whose answer it does not get. Those of an attempt that is
+// the last possible pass straight through.
+func (g *Gateway) ReverseProxy() *Proxy {
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetXForwarded()
@@ -45,5 +52,19 @@ func (g *Gateway) ReverseProxy() *httputil.ReverseProxy {
 			w.WriteHeader(http.StatusBadGateway)
 		}
 	}
-	return p
+	return &Proxy{ReverseProxy: p}
+}
+
+// Proxy is the reverse proxy ReverseProxy returns: an
+// httputil.ReverseProxy, whose fields may be adjusted before it serves,
+// and a ServeHTTP that holds the 1xx informational responses of attempts
+// that may fail over (see ReverseProxy).
+type Proxy struct {
+	*httputil.ReverseProxy
+}
+
+// ServeHTTP serves r through the reverse proxy.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e := &early{w: w}
+	p.ReverseProxy.ServeHTTP(&holdWriter{ResponseWriter: w, e: e}, r.WithContext(context.WithValue(r.Context(), earlyKey{}, e)))
 }

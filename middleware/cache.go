@@ -93,12 +93,25 @@ func (c *replayCache) learn(key string, rec *store.Record, raw [32]byte) {
 	}
 }
 
-// put caches rec under key until the cache's TTL or the end of the record's
-// retention, whichever comes first.
+// CacheSkewMargin is how long before the end of a record's retention, as
+// this process's clock reads it, its local cache entry (WithLocalCache)
+// lapses at the latest.
+//
+// A record's CompletedAt comes from the clock of the process (or server)
+// that kept it, and the store drops the record by its own: when this
+// process's clock is behind theirs, CompletedAt plus the retention ends
+// later here than the record does there, and an entry bounded by it alone
+// would replay a record the store no longer has (after which the key runs
+// again elsewhere) for as long as the clocks are apart. Clocks up to this
+// margin apart never make an entry outlive its record.
+const CacheSkewMargin = time.Minute
+
+// put caches rec under key until the cache's TTL or CacheSkewMargin before
+// the end of the record's retention, whichever comes first.
 func (c *replayCache) put(key string, rec *store.Record, retention time.Duration) {
 	now := c.now()
 	expires := now.Add(c.ttl)
-	if end := rec.CompletedAt.Add(retention); end.Before(expires) {
+	if end := rec.CompletedAt.Add(retention - CacheSkewMargin); end.Before(expires) {
 		expires = end
 	}
 	if !now.Before(expires) {

@@ -45,3 +45,34 @@ func TestReplayCacheBoundsAndExpiry(t *testing.T) {
 }
 
 func rec2(now time.Time) *store.Record { return &store.Record{Status: 200, CompletedAt: now} }
+
+// TestCacheEntryNeverOutlivesItsRecordUnderClockSkew: a record kept by an
+// instance whose clock is 30 s ahead of this one carries a CompletedAt 30 s
+// in this clock's future, and the store drops it 30 s earlier than this
+// clock's CompletedAt+retention. The cache entry used to live until then,
+// replaying for 30 s a record the store no longer had.
+func TestCacheEntryNeverOutlivesItsRecordUnderClockSkew(t *testing.T) {
+	const retention, skew = time.Hour, 30 * time.Second
+	local := time.Unix(1_000_000, 0)
+	c := newReplayCache(cacheShards, 2*time.Hour) // the cache's own TTL never ends it first
+	c.now = func() time.Time { return local }
+	// Kept just now by a clock 30 s ahead: the store drops the record at
+	// local+retention on the real (this) clock.
+	rec := &store.Record{Status: 201, CompletedAt: local.Add(skew)}
+	dropped := local.Add(retention)
+	c.put("k", rec, retention)
+	if c.get("k") != rec {
+		t.Fatal("miss right after put")
+	}
+	local = dropped
+	if c.get("k") != nil {
+		t.Errorf("the entry replays a record the store dropped (CompletedAt %v ahead)", skew)
+	}
+	// Read back from the store near the end of its life: cached for what
+	// is left of it less the margin, or not at all.
+	local = time.Unix(2_000_000, 0)
+	c.put("late", &store.Record{CompletedAt: local.Add(skew - retention + CacheSkewMargin/2)}, retention)
+	if c.get("late") != nil {
+		t.Error("a record within the margin of its end was cached")
+	}
+}

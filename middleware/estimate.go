@@ -37,32 +37,40 @@ func (t *runTimes) estimate() time.Duration { return time.Duration(t.avg.Load())
 //
 //   - while the first request runs within what is usual for the route (up
 //     to twice its estimate, and never past its deadline): when it is likely
-//     done, the estimate less how long it has run; before the route has
-//     finished a first run, 1 (poll soon);
-//   - once it runs longer than that, it is stuck or its process died: the
-//     key is settled by the end of the claim's life at the latest (its
-//     owner finishes, or the claim lapses), so the hint is that life. A
-//     client that polled every second would spend its attempts before the
-//     claim of a dead instance lapsed.
+//     done, the estimate less how long it has run;
+//   - before the route has finished a first run, or once the first request
+//     runs longer than usual (it is slow this time, stuck, or its process
+//     died): half of how long it has run, at most MaxOverdueHint. A client
+//     that follows the hints comes back after 1, 1, 1, 2, 3, 4, 6, 9, 10,
+//     10, ... seconds: soon while the run may be about to finish, less
+//     often the longer it lasts, and never later than MaxOverdueHint after
+//     the answer is there. The claim's whole remaining life is never the
+//     hint: a client whose budget is shorter than that would give up on a
+//     request that answers well within it.
+//
+// A claim whose owner died is settled only when its life ends (the route's
+// deadline plus ClaimMargin): until then every repeat gets 409, with hints
+// that grow as above.
 func (h *handler) retryAfter(res store.Result, now time.Time) int {
 	elapsed := h.route.Deadline + ClaimMargin - res.TTL // without ClaimedAt: assume the route's TTL
 	if !res.ClaimedAt.IsZero() {
 		elapsed = now.Sub(res.ClaimedAt)
 	}
+	elapsed = max(elapsed, 0)
 	est := h.runs.estimate()
-	usual := h.route.Deadline
-	if est > 0 {
-		usual = min(usual, 2*est)
-	}
 	var left time.Duration
-	switch {
-	case elapsed >= usual:
-		left = res.TTL
-	case est > 0:
-		left = min(est-elapsed, res.TTL)
+	if est > 0 && elapsed < min(h.route.Deadline, 2*est) {
+		left = est - elapsed
+	} else {
+		left = min(elapsed/2, MaxOverdueHint)
 	}
-	return max(seconds(left), 1)
+	return max(seconds(min(left, res.TTL)), 1)
 }
+
+// MaxOverdueHint is the longest Retry-After hint of a 409 for a first
+// request that has run longer than usual for its route (see
+// Middleware.Handler): the hints grow with how long it has run, up to this.
+const MaxOverdueHint = 10 * time.Second
 
 // seconds rounds d up to whole seconds.
 func seconds(d time.Duration) int {

@@ -47,11 +47,14 @@ const (
 	// matches store.ErrFull), rather than drop a claim or a kept response
 	// (503). The store is up: the answer is not an outage.
 	EventStoreFull
+	// EventScopeMissing: the scope function (WithScope) returned "" for
+	// the request, which names no caller: a configuration error (500).
+	EventScopeMissing
 )
 
 var eventNames = [...]string{"invalid", "first_attempt", "replay", "in_flight", "key_reused",
 	"key_missing", "key_invalid", "request_too_large", "kept", "released", "ownership_lost", "store_error",
-	"body_unreadable", "store_full"}
+	"body_unreadable", "store_full", "scope_missing"}
 
 // String returns the event's name in snake case, for logs and metric labels.
 func (k EventKind) String() string {

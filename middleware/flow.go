@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/idemkey/idemkey"
-	"github.com/idemkey/idemkey/scope"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -40,9 +39,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	sc := m.cfg.scope(r)
-	if sc == "" {
-		sc = scope.Anonymous
+	sc, ok := m.scopeOf(w, r)
+	if !ok {
+		return
 	}
 	skey := store.KeyName(sc, key)
 	digest := store.DigestOf(skey)

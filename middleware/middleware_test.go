@@ -710,6 +710,7 @@ func TestProblemsTable(t *testing.T) {
 	want := map[string]int{
 		"idempotency_key_missing": 400, "idempotency_key_invalid": 400, "request_too_large": 413,
 		"request_body_unreadable": 400, "idempotency_key_reused": 422, "conflict": 409, "unavailable": 503,
+		"scope_missing": 500,
 	}
 	for code, status := range want {
 		if p, ok := middleware.ProblemFor(code); !ok || p.Status != status || p.Code != code {

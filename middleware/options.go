@@ -97,7 +97,9 @@ func WithMethods(methods ...string) Option {
 // found. Default: scope.Principal, the caller id that the service's
 // authentication middleware stored with scope.NewContext, or
 // scope.Anonymous. Never derive a scope from spoofable input; see package
-// scope.
+// scope. f must name a scope for every request (scope.Anonymous for a
+// caller who is not signed in): a request for which it returns "" is
+// answered 500 scope_missing and reported as EventScopeMissing.
 func WithScope(f scope.Func) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -335,8 +337,10 @@ func WithoutNewRequestID() Option {
 }
 
 // WithLocalCache keeps up to size completed records in process memory for
-// up to ttl (never past a record's retention), so that replays of them make
-// no store round trip. Completed records never change, so instances that
+// up to ttl (never past CacheSkewMargin, a minute, before the end of a
+// record's retention, so that clocks up to a minute apart never replay a
+// record the store has dropped), so that replays of them make no store
+// round trip. Completed records never change, so instances that
 // each cache them stay correct; a record deleted from the store by hand
 // goes on being replayed from caches until their entries lapse. Default:
 // off.

@@ -39,6 +39,7 @@ var problems = map[string]Problem{
 	CodeKeyReused:       newProblem(CodeKeyReused, http.StatusUnprocessableEntity, "Idempotency key reused", "This idempotency key was already used with a different request."),
 	CodeConflict:        newProblem(CodeConflict, http.StatusConflict, "Request in progress", "A request with this idempotency key is still being processed; retry after the delay in Retry-After."),
 	CodeUnavailable:     newProblem(CodeUnavailable, http.StatusServiceUnavailable, "Idempotency store unavailable", "The request was not processed: the service could not reach its idempotency store in time. Retry after the delay in Retry-After."),
+	CodeScopeMissing:    newProblem(CodeScopeMissing, http.StatusInternalServerError, "Caller scope missing", "The request was not processed because the service could not tell whose idempotency keys it uses."),
 }
 
 // The problems, one value each, for the flow to answer with: a misspelt
@@ -51,6 +52,7 @@ var (
 	problemKeyReused       = problems[CodeKeyReused]
 	problemConflict        = problems[CodeConflict]
 	problemUnavailable     = problems[CodeUnavailable]
+	problemScopeMissing    = problems[CodeScopeMissing]
 )
 
 // ProblemFor returns the problem the middleware answers with code, and

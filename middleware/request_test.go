@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -180,10 +181,10 @@ func TestRetryAfterHintsWhenTheFirstRequestIsLikelyDone(t *testing.T) {
 			t.Errorf("1.9 s into a 2 s run: Retry-After %s, want 1", got)
 		}
 	})
-	// A first request that runs far longer than usual is stuck, or its
-	// instance died: the hint is the claim's remaining life, by the end of
-	// which the key is settled, not a second that would burn the client's
-	// attempts.
+	// A first request that runs far longer than usual is slow this time,
+	// stuck, or its instance died: the hint grows with how long it has run
+	// (half of it), not the claim's whole remaining life, which would make a
+	// client with a shorter budget give up on a request that answers soon.
 	synctest.Test(t, func(t *testing.T) {
 		st, _ := memory.New()
 		defer st.Close()
@@ -207,8 +208,68 @@ func TestRetryAfterHintsWhenTheFirstRequestIsLikelyDone(t *testing.T) {
 		time.Sleep(4 * time.Second)
 		w := serve(h, post("b", `{}`))
 		<-done
-		if got := w.Header().Get("Retry-After"); got != "11" {
-			t.Errorf("4 s into a run that usually takes 2 s (claim life 15 s): Retry-After %s, want the remaining 11", got)
+		if got := w.Header().Get("Retry-After"); got != "2" {
+			t.Errorf("4 s into a run that usually takes 2 s (claim life 15 s): Retry-After %s, want 2 (half of how long it has run)", got)
+		}
+	})
+}
+
+// TestOverdueRunGetsShortGrowingHints: a route whose first runs took 10 ms,
+// then one that takes 3 s. A repeat 0.5 s in used to get the claim's whole
+// remaining life (Retry-After: 35), which made a client with a 30 s budget
+// give up at once although the answer came 2.5 s later. A client that
+// follows the hints of a run that never ends comes back less and less
+// often, at most MaxOverdueHint apart, until the claim's life ends.
+func TestOverdueRunGetsShortGrowingHints(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st, _ := memory.New()
+		defer st.Close()
+		mw, _ := middleware.New(st)
+		run := 10 * time.Millisecond
+		h := mw.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-time.After(run):
+			case <-r.Context().Done():
+			}
+			w.WriteHeader(http.StatusCreated)
+		}))
+		serve(h, post("a", `{}`)) // the route's estimate: 10 ms
+		run = 3 * time.Second
+		done := make(chan struct{})
+		go func() {
+			serve(h, post("b", `{}`))
+			close(done)
+		}()
+		time.Sleep(500 * time.Millisecond)
+		w := serve(h, post("b", `{}`))
+		if w.Code != http.StatusConflict || w.Header().Get("Retry-After") != "1" {
+			t.Errorf("0.5 s into a 3 s run on a 10 ms route: %d Retry-After %s, want 409 with 1", w.Code, w.Header().Get("Retry-After"))
+		}
+		<-done
+
+		// A run that lasts until its deadline (30 s, claim life 35 s),
+		// followed hint by hint from 0.5 s in.
+		run = time.Hour
+		go func() {
+			serve(h, post("c", `{}`))
+		}()
+		time.Sleep(500 * time.Millisecond)
+		var hints []int
+		for range 20 {
+			w := serve(h, post("c", `{}`))
+			if w.Code != http.StatusConflict {
+				break
+			}
+			ra, err := strconv.Atoi(w.Header().Get("Retry-After"))
+			if err != nil {
+				t.Fatalf("Retry-After %q", w.Header().Get("Retry-After"))
+			}
+			hints = append(hints, ra)
+			time.Sleep(time.Duration(ra) * time.Second)
+		}
+		want := []int{1, 1, 2, 3, 4, 6, 9, 10}
+		if !slices.Equal(hints, want) {
+			t.Errorf("hints %v, want %v", hints, want)
 		}
 	})
 }

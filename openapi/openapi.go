@@ -424,7 +424,8 @@ func build(header string, ops []Operation, c config) *Document {
 	}
 	comp.Headers[RetryAfterHeader] = &Header{
 		Description: "Seconds to wait before retrying with the same key, at least 1. On 409 it is a hint, not a promise: when the first request " +
-			"is likely done, from the route's recent first runs less the time this one has already run, never past its claim's life; a retry " +
+			"is likely done, from the route's recent first runs less the time this one has already run, or, once it runs longer than usual, " +
+			"half of how long it has run (at most 10); never past its claim's life; a retry " +
 			"that still finds it running gets 409 again. On 503, when to try the idempotency store again.",
 		Schema: map[string]any{"type": "integer", "minimum": 1},
 	}

@@ -40,7 +40,10 @@ func Of(id string) string {
 // runs after authentication, so it can read the principal from the request
 // context. A Func that returns a caller's id without Of lets a caller named
 // "anonymous" into the namespace of callers who are not signed in. It must
-// not return ""; the middleware treats "" as Anonymous.
+// not return "": the middleware answers such a request 500 scope_missing
+// and reports it (middleware.EventScopeMissing) rather than put the caller
+// in another's namespace. Return Anonymous for a caller who is not signed
+// in.
 type Func func(r *http.Request) string
 
 type principalKey struct{}

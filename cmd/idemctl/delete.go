@@ -29,10 +29,11 @@ type deleted struct {
 }
 
 func del(ctx context.Context, e *env, args []string) error {
-	fs, asJSON := commandFlags(e, "delete", "--scope S --key K | --digest HEX [--yes]")
+	fs := commandFlags(e, "delete", "--scope S --key K | --digest HEX [--yes]")
 	keyOf := keyFlags(fs)
 	yes := fs.Bool("yes", false, "delete without asking")
-	if err := parseFlags(e, fs, asJSON, args); err != nil {
+	ctx, err := parseFlags(ctx, e, fs, args)
+	if err != nil {
 		return err
 	}
 	key, err := keyOf()

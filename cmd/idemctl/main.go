@@ -66,9 +66,13 @@
 //	              is set (both variables set is a usage error)
 //	--table NAME  the PostgreSQL store's table, name or schema.name;
 //	              default idemkey_records
-//	--json        print JSON instead of text (also accepted after the
-//	              command)
+//	--json        print JSON instead of text
 //	--timeout D   how long the whole command may take; default 30s
+//
+// These flags may come before the command or after it, among the
+// command's own flags: idemctl --redis URL show --key k1 ... and idemctl
+// show --key k1 --redis URL ... are the same. Given on both sides, the one
+// after the command wins.
 //
 // Exit status: 0 on success, 1 when the key is not found, the deletion is
 // declined or the command fails, 2 for a usage error.

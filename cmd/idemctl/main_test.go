@@ -368,3 +368,35 @@ func TestUnreachable(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, errOut.String())
 	}
 }
+
+// TestGlobalFlagsAfterTheCommand: the flags that choose the store and the
+// output are accepted after the command as well as before it (idemctl show
+// --redis URL ... used to fail with "flag provided but not defined").
+func TestGlobalFlagsAfterTheCommand(t *testing.T) {
+	s := newService(t)
+	if w := s.pay(t, "alice", "k1"); w.Code != http.StatusCreated {
+		t.Fatalf("first payment: %d %s", w.Code, w.Body)
+	}
+	for name, args := range map[string][]string{
+		"after":           {"show", "--redis", s.url, "--json", "--timeout", "10s", "--scope", "alice", "--key", "k1"},
+		"after, = form":   {"show", "--scope", "alice", "--redis=" + s.url, "--key", "k1", "--json=true"},
+		"split":           {"--json", "show", "--scope", "alice", "--key", "k1", "--redis", s.url},
+		"before":          {"--redis", s.url, "--json", "show", "--scope", "alice", "--key", "k1"},
+		"after overrides": {"--redis", "redis://127.0.0.1:1/0", "show", "--redis", s.url, "--json", "--scope", "alice", "--key", "k1"},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), args, strings.NewReader(""), &out, &errOut)
+		if code != 0 {
+			t.Errorf("%s: exit %d: %s", name, code, errOut.String())
+			continue
+		}
+		if e := decodeEntry(t, out.String()); !e.Found || e.State != "completed" || e.Status != http.StatusCreated {
+			t.Errorf("%s: %+v", name, e)
+		}
+	}
+	// A global flag's bad value after the command is a usage error too.
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"stats", "--redis", "http://x"}, strings.NewReader(""), &out, &errOut); code != exitUsage {
+		t.Errorf("stats --redis http://x: exit %d, want %d (%s)", code, exitUsage, errOut.String())
+	}
+}

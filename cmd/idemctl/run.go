@@ -30,15 +30,44 @@ const (
 const defaultURL = "redis://127.0.0.1:6379/0"
 
 // env holds what every command needs: a Redis client, or a PostgreSQL
-// store.
+// store, opened by parseFlags once the command's flags are read.
 type env struct {
-	rdb    goredis.UniversalClient
-	prefix string // --redis-prefix: what the service gave redis.WithKeyPrefix
-	pg     *postgres.Store
-	json   bool
-	stdin  io.Reader
-	stdout io.Writer
-	stderr io.Writer
+	flags   globals
+	rdb     goredis.UniversalClient
+	prefix  string // --redis-prefix: what the service gave redis.WithKeyPrefix
+	pg      *postgres.Store
+	json    bool
+	stdin   io.Reader
+	stdout  io.Writer
+	stderr  io.Writer
+	closers []func() // run after the command, last first
+}
+
+// globals are the flags that choose the store and shape the output. They
+// are accepted before the command and after it, among its own flags
+// (idemctl --redis URL show ... and idemctl show --redis URL ... alike).
+type globals struct {
+	url, dbURL, table string
+	prefix            string
+	cluster, json     bool
+	timeout           time.Duration
+}
+
+func defaultGlobals() globals {
+	return globals{table: postgres.DefaultTable, timeout: 30 * time.Second}
+}
+
+// register adds the global flags to fs, each with its current value as
+// its default, so that a value given before the command stays unless the
+// command's flags give another.
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.url, "redis", g.url, "Redis URL; default $REDIS_URL, else "+defaultURL)
+	fs.BoolVar(&g.cluster, "cluster", g.cluster, "the URL names a Redis Cluster node")
+	fs.StringVar(&g.prefix, "redis-prefix", g.prefix, "the key prefix the service gives redis.WithKeyPrefix; default none")
+	fs.StringVar(&g.dbURL, "database-url", g.dbURL, "PostgreSQL URL of a store/postgres table; default $DATABASE_URL when --redis and $REDIS_URL are not set")
+	fs.StringVar(&g.table, "table", g.table, "the PostgreSQL store's table (name or schema.name)")
+	fs.BoolVar(&g.json, "json", g.json, "print JSON")
+	fs.DurationVar(&g.timeout, "timeout", g.timeout, "how long the whole command may take")
 }
 
 // errUsage marks an error the user can fix by calling idemctl differently.
@@ -56,6 +85,7 @@ commands:
   stats  [--count N] [--sample N]                    count records and claims, report memory (Redis)
                                                      or the table's size and vacuum state (PostgreSQL)
 
+The flags before the command may also come after it.
 Run "idemctl <command> --help" for a command's flags.
 `
 
@@ -68,13 +98,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stderr, usage+"\nflags:\n")
 		fs.PrintDefaults()
 	}
-	url := fs.String("redis", "", "Redis URL; default $REDIS_URL, else "+defaultURL)
-	cluster := fs.Bool("cluster", false, "the URL names a Redis Cluster node")
-	prefix := fs.String("redis-prefix", "", "the key prefix the service gives redis.WithKeyPrefix; default none")
-	dbURL := fs.String("database-url", "", "PostgreSQL URL of a store/postgres table; default $DATABASE_URL when --redis and $REDIS_URL are not set")
-	table := fs.String("table", postgres.DefaultTable, "the PostgreSQL store's table (name or schema.name)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	timeout := fs.Duration("timeout", 30*time.Second, "how long the whole command may take")
+	e := &env{flags: defaultGlobals(), stdin: stdin, stdout: stdout, stderr: stderr}
+	e.flags.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -98,51 +123,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "idemctl: unknown command %q\n%s", cmd, usage)
 		return exitUsage
 	}
-
-	if *timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *timeout)
-		defer cancel()
-	}
-	e := &env{json: *asJSON, stdin: stdin, stdout: stdout, stderr: stderr}
-	switch pgURL, err := chooseStore(*url, *dbURL, *cluster); {
-	case err != nil:
-		fmt.Fprintf(stderr, "idemctl: %v\n", err)
-		return exitUsage
-	case pgURL != "":
-		st, closeDB, err := connectPostgres(ctx, pgURL, *table)
-		if err != nil {
-			fmt.Fprintf(stderr, "idemctl: %v\n", err)
-			if errors.Is(err, errUsage) {
-				return exitUsage
-			}
-			return exitFail
-		}
-		defer closeDB()
-		e.pg = st
-	case *prefix != "" && pgURL != "":
-		fmt.Fprintln(stderr, "idemctl: --redis-prefix is for a Redis store, not PostgreSQL")
-		return exitUsage
-	default:
-		if err := redis.ValidateKeyPrefix(*prefix); err != nil {
-			fmt.Fprintf(stderr, "idemctl: --redis-prefix: %v\n", err)
-			return exitUsage
-		}
-		e.prefix = *prefix
-		if *url == "" {
-			*url = os.Getenv("REDIS_URL")
-		}
-		if *url == "" {
-			*url = defaultURL
-		}
-		rdb, err := connect(*url, *cluster)
-		if err != nil {
-			fmt.Fprintf(stderr, "idemctl: %v\n", err)
-			return exitUsage
-		}
-		defer rdb.Close()
-		e.rdb = rdb
-	}
+	defer e.close()
 
 	switch err := f(ctx, e, rest); {
 	case err == nil:
@@ -180,32 +161,87 @@ func connect(url string, cluster bool) (goredis.UniversalClient, error) {
 	return goredis.NewClient(o), nil
 }
 
-// commandFlags makes the flag set of a command, with --json, which it ORs
-// into e.json after parsing.
-func commandFlags(e *env, name, synopsis string) (*flag.FlagSet, *bool) {
+// open applies --timeout to ctx and connects to the store the global
+// flags name.
+func (e *env) open(ctx context.Context) (context.Context, error) {
+	g := &e.flags
+	e.json = g.json
+	if g.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.timeout)
+		e.closers = append(e.closers, cancel)
+	}
+	pgURL, err := chooseStore(g.url, g.dbURL, g.cluster)
+	if err != nil {
+		return ctx, err
+	}
+	if pgURL != "" && g.prefix != "" {
+		return ctx, fmt.Errorf("%w: --redis-prefix is for a Redis store, not PostgreSQL", errUsage)
+	}
+	if pgURL != "" {
+		st, closeDB, err := connectPostgres(ctx, pgURL, g.table)
+		if err != nil {
+			return ctx, err
+		}
+		e.closers = append(e.closers, closeDB)
+		e.pg = st
+		return ctx, nil
+	}
+	if err := redis.ValidateKeyPrefix(g.prefix); err != nil {
+		return ctx, fmt.Errorf("%w: --redis-prefix: %w", errUsage, err)
+	}
+	e.prefix = g.prefix
+	url := g.url
+	if url == "" {
+		url = os.Getenv("REDIS_URL")
+	}
+	if url == "" {
+		url = defaultURL
+	}
+	rdb, err := connect(url, g.cluster)
+	if err != nil {
+		return ctx, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	e.closers = append(e.closers, func() { rdb.Close() })
+	e.rdb = rdb
+	return ctx, nil
+}
+
+// close undoes what open did.
+func (e *env) close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+	e.closers = nil
+}
+
+// commandFlags makes the flag set of a command, with the global flags
+// (see globals).
+func commandFlags(e *env, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet("idemctl "+name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	asJSON := fs.Bool("json", false, "print JSON")
+	e.flags.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "usage: idemctl %s %s\n", name, synopsis)
 		fs.PrintDefaults()
 	}
-	return fs, asJSON
+	return fs
 }
 
-// parseFlags parses a command's flags and refuses stray arguments.
-func parseFlags(e *env, fs *flag.FlagSet, asJSON *bool, args []string) error {
+// parseFlags parses a command's flags, refuses stray arguments, and then
+// opens the store (see env.open): it returns the context the command runs
+// in.
+func parseFlags(ctx context.Context, e *env, fs *flag.FlagSet, args []string) (context.Context, error) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return ctx, err
 		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return ctx, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return ctx, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	e.json = e.json || *asJSON
-	return nil
+	return e.open(ctx)
 }
 
 // keyFlags adds --scope, --key and --digest to fs; the returned function

@@ -138,10 +138,11 @@ func fetch(ctx context.Context, rdb goredis.UniversalClient, key string, withBod
 }
 
 func show(ctx context.Context, e *env, args []string) error {
-	fs, asJSON := commandFlags(e, "show", "--scope S --key K | --digest HEX [--body]")
+	fs := commandFlags(e, "show", "--scope S --key K | --digest HEX [--body]")
 	keyOf := keyFlags(fs)
 	body := fs.Bool("body", false, "print the kept response body as well")
-	if err := parseFlags(e, fs, asJSON, args); err != nil {
+	ctx, err := parseFlags(ctx, e, fs, args)
+	if err != nil {
 		return err
 	}
 	key, err := keyOf()

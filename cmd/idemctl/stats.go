@@ -47,10 +47,11 @@ type node struct {
 }
 
 func stats(ctx context.Context, e *env, args []string) error {
-	fs, asJSON := commandFlags(e, "stats", "[--count N] [--sample N]")
+	fs := commandFlags(e, "stats", "[--count N] [--sample N]")
 	count := fs.Int64("count", 1000, "keys asked for per SCAN call (its COUNT)")
 	sample := fs.Int64("sample", 10000, "measure the memory of up to this many keys per master with MEMORY USAGE; 0 measures none")
-	if err := parseFlags(e, fs, asJSON, args); err != nil {
+	ctx, err := parseFlags(ctx, e, fs, args)
+	if err != nil {
 		return err
 	}
 	if *count <= 0 || *sample < 0 {
@@ -80,7 +81,6 @@ func stats(ctx context.Context, e *env, args []string) error {
 		sum.Nodes = append(sum.Nodes, n)
 		return nil
 	}
-	var err error
 	switch c := e.rdb.(type) {
 	case *goredis.ClusterClient:
 		err = c.ForEachMaster(ctx, scanNode)

@@ -170,7 +170,7 @@ type Stats struct {
 	// not been removed yet included. WithMaxRecords bounds it.
 	Entries int64
 	// Bytes is the memory they take, as the store counts it against
-	// WithMaxBytes: for each entry 200 bytes (its slot in a map, as
+	// WithMaxBytes: for each entry 300 bytes (its slot in a map, as
 	// measured), plus a claim's owner token, or a record's encoded size
 	// (its body, its header names and values, its token, and a few bytes
 	// of status and times, rounded up to the size of its allocation).

@@ -76,7 +76,7 @@ func WithMaxRecords(n int) Option {
 
 // WithMaxBytes bounds the bytes that claims and completed records take
 // together, as Stats counts them: for each entry a fixed overhead of its
-// slot in the store's maps (200 bytes), plus a claim's owner token or a
+// slot in the store's maps (300 bytes), plus a claim's owner token or a
 // record's body, header names and values, token and a few bytes of status
 // and times. The default is DefaultMaxBytes (256 MiB).
 //
