@@ -101,6 +101,7 @@ func main() {
 		redisAddr = flag.String("redis-addr", "", "internal: the Redis address for -serve")
 		pgURL     = flag.String("pg-url", "", "internal: the PostgreSQL URL for -serve")
 		pgFsync   = flag.Bool("pg-fsync", true, "run the PostgreSQL scenarios' cluster with fsync on, as in production (off: commits do not wait for the disk)")
+		pgBouncer = flag.Bool("pg-bouncer", false, "reach the PostgreSQL scenarios' cluster through a PgBouncer in transaction mode (a server connection per connection of the largest concurrency), with pgx in exec mode")
 		pool      = flag.Int("pool", 64, "internal: go-redis pool size for -serve")
 		cacheSize = flag.Int("cache", 10_000, "records the idemkey-redis+cache scenario keeps in its local replay cache")
 		profile   = flag.String("cpuprofile", "", "write each server process's CPU profile to this directory, as SCENARIO.pprof")
@@ -183,6 +184,17 @@ func main() {
 			r.cleanup()
 			log.Fatalf("load: %v", err)
 		}
+		r.pgURL = r.pg.URL
+		if *pgBouncer {
+			// One server connection per connection of the largest
+			// concurrency, as the store's pool has: what is measured is
+			// the pooler's hop, not a queue in it.
+			if r.bouncer, err = pgtest.LaunchPgBouncer(r.pg.URL, pgtest.PoolSize(maxConns+8), pgtest.MaxClientConn(4*maxConns+64)); err != nil {
+				r.cleanup()
+				log.Fatalf("load: %v", err)
+			}
+			r.pgURL = r.bouncer.URL + "&default_query_exec_mode=exec"
+		}
 	}
 	r.servers = map[string]*serverProc{}
 	for _, sc := range scs {
@@ -191,7 +203,7 @@ func main() {
 			addr = r.redis.Addr
 		}
 		if r.pg != nil {
-			url = r.pg.URL
+			url = r.pgURL
 		}
 		prof := ""
 		if *profile != "" {
@@ -268,6 +280,8 @@ type runner struct {
 	keys    int
 	redis   *redistest.Server
 	pg      *pgtest.Server
+	bouncer *pgtest.PgBouncer // in front of pg, with -pg-bouncer
+	pgURL   string            // how the servers reach pg
 	servers map[string]*serverProc
 	once    sync.Once
 }
@@ -279,6 +293,9 @@ func (r *runner) cleanup() {
 		}
 		if r.redis != nil {
 			r.redis.Close()
+		}
+		if r.bouncer != nil {
+			r.bouncer.Close()
 		}
 		if r.pg != nil {
 			r.pg.Close()
@@ -534,6 +551,9 @@ func machine(r *runner) *machineInfo {
 	}
 	if r.pg != nil {
 		m.postgres = postgresVersion(r.pg.URL)
+		if r.bouncer != nil {
+			m.postgres += " through PgBouncer " + r.bouncer.Version + " (transaction mode)"
+		}
 	}
 	return m
 }
