@@ -143,11 +143,17 @@ WHERE key = $1 AND token = $2 AND status IS NULL AND expires_at > statement_time
 	// server's log), so that the COMMIT pipelined after it finds the
 	// transaction aborted and rolls it back: the handler's writes and the
 	// record commit together or not at all, in one round trip.
+	//
+	// The claim's row was inserted with a life that outlasts the
+	// retention (holdLife plus the claim's life), so expires_at stays as
+	// it is unless the retention asks for longer: the UPDATE then changes
+	// no indexed column and can be a heap-only update, which writes no
+	// index entries.
 	keepTxSQL = `WITH kept AS (
     UPDATE T
     SET fingerprint = $3, status = $4, header = $5, body = $6, body_omitted = $7,
         created_at = $8, completed_at = $9,
-        expires_at = statement_timestamp() + $10 * interval '1 microsecond', lock_id = NULL
+        expires_at = greatest(expires_at, statement_timestamp() + $10 * interval '1 microsecond'), lock_id = NULL
     WHERE key = $1 AND token = $2 AND status IS NULL
       AND created_at + $11 * interval '1 microsecond' > statement_timestamp()
     RETURNING 1

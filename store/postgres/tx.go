@@ -99,7 +99,7 @@ func (s *Store) claimTx(ctx context.Context, conn *pgxpool.Conn, key string, c s
 	b := &pgx.Batch{}
 	b.Queue(s.begin)
 	l1, l2 := s.locks(key, c.Fingerprint)
-	b.Queue(s.sql.claim, key, c.Token, c.Fingerprint[:], holdLife.Microseconds(), l1, l2, timeoutText(c.TTL))
+	b.Queue(s.sql.claim, key, c.Token, c.Fingerprint[:], (holdLife + c.TTL).Microseconds(), l1, l2, timeoutText(c.TTL))
 	if s.undo4xx {
 		b.Queue("SAVEPOINT " + savepoint)
 	}
