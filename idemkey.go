@@ -1,11 +1,19 @@
-// Package idemkey holds what both halves of idempotency share: the
-// idempotency key of the request being served, carried in its context, and
-// the derivation of keys for the outbound calls that request makes.
+// Package idemkey holds the protocol facts that the server half (package
+// middleware), the client half (package client) and the gateway (package
+// gateway) share, each written once:
 //
-// The server half lives in package middleware, which puts the incoming key
-// into the request context; the client half lives in package client, which
-// reads it to derive the keys it sends downstream. Neither imports the other:
-// both import this package.
+//   - the Idempotency-Key header, its grammar and limits (ParseKey,
+//     FormatKey, MaxKeyLength), the other header names, and the methods a
+//     key covers (Mutation, Safe);
+//   - the problem+json shape every error idemkey writes itself takes
+//     (Problem), and the codes the packages share;
+//   - the idempotency key of the request being served, carried in its
+//     context (NewContext, FromContext), and the derivation of keys for the
+//     outbound calls that request makes (Key.Derive).
+//
+// The middleware puts the incoming key into the request context; the
+// client reads it to derive the keys it sends downstream. Neither imports
+// the other: both import this package.
 //
 // A retried incoming request carries the same key, so every key derived from
 // it is the same too, and the downstream service replays instead of acting

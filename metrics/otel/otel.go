@@ -45,22 +45,19 @@ package otel
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemkey/idemkey/internal/buckets"
 	"github.com/idemkey/idemkey/internal/option"
 	"github.com/idemkey/idemkey/middleware"
 )
 
 // ScopeName is the instrumentation scope of the meter.
 const ScopeName = "github.com/idemkey/idemkey"
-
-// unknownRoute is the http.route of an event without a Route.
-const unknownRoute = "unknown"
 
 // Attribute keys.
 const (
@@ -77,9 +74,9 @@ var (
 	// DefaultLatencyBuckets, in seconds, span 0.5 ms to 1 s: a store call
 	// on a healthy local network takes well under a millisecond, and the
 	// Redis store gives up at 300 ms by default.
-	DefaultLatencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+	DefaultLatencyBuckets = buckets.Latency()
 	// DefaultSizeBuckets, in bytes, span 64 B to 4 MiB in steps of four.
-	DefaultSizeBuckets = []float64{64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304}
+	DefaultSizeBuckets = buckets.Size()
 )
 
 // An Option configures Metrics. New applies options in order (a later
@@ -98,7 +95,7 @@ type config struct {
 // Default: DefaultLatencyBuckets (0.5 ms to 1 s).
 func WithLatencyBuckets(b ...float64) Option {
 	return func(c *config) error {
-		if err := checkBuckets(b); err != nil {
+		if err := buckets.Check(b); err != nil {
 			return fmt.Errorf("latency buckets: %w", err)
 		}
 		c.latencyBuckets = append([]float64(nil), b...)
@@ -111,27 +108,12 @@ func WithLatencyBuckets(b ...float64) Option {
 // Default: DefaultSizeBuckets (64 B to 4 MiB).
 func WithSizeBuckets(b ...float64) Option {
 	return func(c *config) error {
-		if err := checkBuckets(b); err != nil {
+		if err := buckets.Check(b); err != nil {
 			return fmt.Errorf("size buckets: %w", err)
 		}
 		c.sizeBuckets = append([]float64(nil), b...)
 		return nil
 	}
-}
-
-func checkBuckets(b []float64) error {
-	if len(b) == 0 {
-		return errors.New("none given")
-	}
-	for i := range b {
-		if math.IsNaN(b[i]) || math.IsInf(b[i], 0) {
-			return errors.New("not finite")
-		}
-		if i > 0 && b[i] <= b[i-1] {
-			return errors.New("not in strictly increasing order")
-		}
-	}
-	return nil
 }
 
 // Metrics reports the middleware's events. Build it with New; it is safe
@@ -195,7 +177,7 @@ func (m *Metrics) observe(r *http.Request, e middleware.Event) {
 	ctx := r.Context()
 	event, route := e.Kind.String(), e.Route
 	if route == "" {
-		route = unknownRoute
+		route = buckets.UnknownRoute
 	}
 	m.events.Add(ctx, 1, metric.WithAttributes(EventKey.String(event), RouteKey.String(route)))
 	if e.StoreLatency > 0 {

@@ -46,28 +46,25 @@ package prom
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemkey/idemkey/internal/buckets"
 	"github.com/idemkey/idemkey/internal/option"
 	"github.com/idemkey/idemkey/middleware"
 )
-
-// unknownRoute is the route label of an event without a Route.
-const unknownRoute = "unknown"
 
 // Default histogram buckets.
 var (
 	// DefaultLatencyBuckets, in seconds, span 0.5 ms to 1 s: a store call
 	// on a healthy local network takes well under a millisecond, and the
 	// Redis store gives up at 300 ms by default.
-	DefaultLatencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+	DefaultLatencyBuckets = buckets.Latency()
 	// DefaultSizeBuckets, in bytes, span 64 B to 4 MiB in steps of four.
-	DefaultSizeBuckets = prometheus.ExponentialBuckets(64, 4, 9)
+	DefaultSizeBuckets = buckets.Size()
 )
 
 // An Option configures Metrics. New applies options in order (a later
@@ -87,7 +84,7 @@ type config struct {
 // Default: DefaultLatencyBuckets (0.5 ms to 1 s).
 func WithLatencyBuckets(b ...float64) Option {
 	return func(c *config) error {
-		if err := checkBuckets(b); err != nil {
+		if err := buckets.Check(b); err != nil {
 			return fmt.Errorf("latency buckets: %w", err)
 		}
 		c.latencyBuckets = append([]float64(nil), b...)
@@ -100,7 +97,7 @@ func WithLatencyBuckets(b ...float64) Option {
 // Default: DefaultSizeBuckets (64 B to 4 MiB).
 func WithSizeBuckets(b ...float64) Option {
 	return func(c *config) error {
-		if err := checkBuckets(b); err != nil {
+		if err := buckets.Check(b); err != nil {
 			return fmt.Errorf("size buckets: %w", err)
 		}
 		c.sizeBuckets = append([]float64(nil), b...)
@@ -136,21 +133,6 @@ func WithConstLabels(l prometheus.Labels) Option {
 		}
 		return nil
 	}
-}
-
-func checkBuckets(b []float64) error {
-	if len(b) == 0 {
-		return errors.New("none given")
-	}
-	for i := range b {
-		if math.IsNaN(b[i]) {
-			return errors.New("NaN given")
-		}
-		if i > 0 && b[i] <= b[i-1] {
-			return errors.New("not in strictly increasing order")
-		}
-	}
-	return nil
 }
 
 // Metrics holds the middleware's metrics. Build it with New; it is safe for
@@ -221,7 +203,7 @@ func (m *Metrics) Observer() middleware.Observer {
 func (m *Metrics) observe(_ *http.Request, e middleware.Event) {
 	event, route := e.Kind.String(), e.Route
 	if route == "" {
-		route = unknownRoute
+		route = buckets.UnknownRoute
 	}
 	m.events.WithLabelValues(event, route).Inc()
 	if e.StoreLatency > 0 {

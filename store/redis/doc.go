@@ -59,7 +59,7 @@
 //	})
 //	st, err := redis.New(rdb, redis.WithWaitReplicas(1, 50*time.Millisecond))
 //
-//	// Cluster: each key's script runs on the master of its slot.
+//	// Cluster: each key's commands run on the master of its slot.
 //	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{
 //		Addrs:                 []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"},
 //		ContextTimeoutEnabled: true,

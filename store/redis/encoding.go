@@ -54,14 +54,14 @@ const (
 
 	flagBodyOmitted = 1 << 0
 
-	// MaxTokenLen is the longest owner token the store accepts, in bytes.
-	MaxTokenLen = 255
-
 	inFlightFixed   = 32 + 8 + 8             // fingerprint, created-at, expires-at after the owner
 	inFlightV1Fixed = 32 + 8                 // fingerprint, created-at after the owner
 	expiresOffset   = 32 + 8                 // of expires-at, after the owner
 	recordFixed     = 1 + 2 + 32 + 8 + 8 + 4 // flags up to the header block, after the owner
 )
+
+// MaxTokenLen is the longest owner token the store accepts, in bytes.
+const MaxTokenLen = 255
 
 // ErrUnreadable reports a stored value this version cannot read: written by
 // a later version of the format, or damaged. It does not wrap
