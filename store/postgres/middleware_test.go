@@ -285,7 +285,7 @@ func TestMiddlewareLapse(t *testing.T) {
 // lost on the way back (a proxy drops them, from the end of the handler
 // on). The client gets 503; the retry gets the replay; one payment.
 func TestMiddlewareLostCommitReply(t *testing.T) {
-	pool, proxy := proxied(t)
+	pool, proxy, _ := proxied(t)
 	st, table := newStore(t, pool, postgres.WithCommitTimeout(faultBudget))
 	h := &payHandler{pay: newPayments(t, sharedPool(t), table), by: "server"}
 	srv := server(t, st, h, 30*time.Second)
