@@ -3,10 +3,10 @@ module github.com/idemkey/idemkey/bench
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-00010101000000-000000000000
-	github.com/idemkey/idemkey/internal/pgtest v0.0.0-00010101000000-000000000000
-	github.com/idemkey/idemkey/store/postgres v0.0.0-00010101000000-000000000000
-	github.com/idemkey/idemkey/store/redis v0.0.0-00010101000000-000000000000
+	github.com/idemkey/idemkey v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey/internal/pgtest v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey/store/redis v0.0.0-20261201134112-96e04b4d74af
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 )

@@ -5,12 +5,12 @@ go 1.26.0
 require (
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/google/uuid v1.6.0
-	github.com/idemkey/idemkey v0.0.0-00010101000000-000000000000
-	github.com/idemkey/idemkey/internal/pgtest v0.0.0-00010101000000-000000000000
-	github.com/idemkey/idemkey/metrics/prom v0.0.0-00010101000000-000000000000
-	github.com/idemkey/idemkey/openapi v0.0.0-00010101000000-000000000000
-	github.com/idemkey/idemkey/store/postgres v0.0.0-00010101000000-000000000000
-	github.com/idemkey/idemkey/store/redis v0.0.0-00010101000000-000000000000
+	github.com/idemkey/idemkey v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey/internal/pgtest v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey/metrics/prom v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey/openapi v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey/store/redis v0.0.0-20261201134112-96e04b4d74af
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
