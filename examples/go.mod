@@ -7,7 +7,7 @@ require (
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/google/uuid v1.6.0
 	github.com/idemkey/idemkey v0.0.0-20261201134112-96e04b4d74af
-	github.com/idemkey/idemkey/idemgin v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey/idemgin v0.0.0-20261201134506-027cb6c61bce
 	github.com/idemkey/idemkey/internal/pgtest v0.0.0-20261201134112-96e04b4d74af
 	github.com/idemkey/idemkey/metrics/prom v0.0.0-20261201134112-96e04b4d74af
 	github.com/idemkey/idemkey/openapi v0.0.0-20261201134112-96e04b4d74af
