@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/scope"
 	"github.com/idemkey/idemkey/store"
@@ -41,39 +39,6 @@ func send(h http.Handler, key, body string) {
 		code = " " + strings.Split(strings.Split(w.Body.String(), `"code":"`)[1], `"`)[0]
 	}
 	fmt.Printf("%d replayed=%q%s\n", w.Code, w.Header().Get("Idempotent-Replayed"), code)
-}
-
-func Example_chi() {
-	st, err := memory.New()
-	if err != nil {
-		panic(err)
-	}
-	defer st.Close()
-	idem, err := middleware.New(st)
-	if err != nil {
-		panic(err)
-	}
-
-	payments := 0
-	r := chi.NewRouter()
-	r.Use(demoAuth)
-	r.With(idem.Required()).Post("/payments", func(w http.ResponseWriter, r *http.Request) {
-		payments++
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"id":%d}`, payments)
-	})
-
-	send(r, "k-1", `{"amount":10}`)
-	send(r, "k-1", `{"amount":10}`) // a retry: replayed, not run again
-	send(r, "k-1", `{"amount":99}`) // the same key for another request
-	send(r, "", `{"amount":10}`)    // no key on a route that requires one
-	fmt.Println("payments made:", payments)
-	// Output:
-	// 201 replayed=""
-	// 201 replayed="true"
-	// 422 replayed="" idempotency_key_reused
-	// 400 replayed="" idempotency_key_missing
-	// payments made: 1
 }
 
 func Example_serveMux() {

@@ -1,0 +1,20 @@
+module github.com/idemkey/idemkey/store/redis
+
+go 1.26.0
+
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/idemkey/idemkey v0.0.0-20261201134112-96e04b4d74af
+	github.com/redis/go-redis/v9 v9.23.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
+
+// Until the root is tagged, build against the root in this repository.
+replace github.com/idemkey/idemkey => ../..
