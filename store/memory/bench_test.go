@@ -216,3 +216,35 @@ func BenchmarkLiveRecords(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(perRecord, "heap-B/record")
 }
+
+// BenchmarkWaitWake measures how long a repeat waiting on a claim (Wait)
+// takes to be woken once the owner's Complete returns.
+func BenchmarkWaitWake(b *testing.B) {
+	s := mustNew(b)
+	ctx := context.Background()
+	fp := [32]byte{9}
+	var total time.Duration
+	for i := 0; b.Loop(); i++ {
+		key := fmt.Sprint("wake-", i)
+		if _, err := s.Claim(ctx, key, store.Claim{Token: "owner", Fingerprint: fp, TTL: time.Minute}); err != nil {
+			b.Fatal(err)
+		}
+		woke := make(chan time.Time, 1)
+		ready := make(chan struct{})
+		go func() {
+			close(ready)
+			s.Wait(ctx, key, store.Claim{Token: "repeat", Fingerprint: fp, TTL: time.Minute})
+			woke <- time.Now()
+		}()
+		<-ready
+		for s.waiting(key) == 0 {
+			runtime.Gosched()
+		}
+		if err := s.Complete(ctx, key, "owner", &store.Record{Status: 201, Fingerprint: fp}, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+		done := time.Now()
+		total += (<-woke).Sub(done)
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns-to-wake")
+}

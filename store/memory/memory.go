@@ -97,6 +97,7 @@ type Store struct {
 var (
 	_ store.Store    = (*Store)(nil)
 	_ store.Extender = (*Store)(nil)
+	_ store.Waiter   = (*Store)(nil)
 )
 
 // core is the state the janitor shares with the store. It is separate from
@@ -226,6 +227,24 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return s.c.release(digestOf(key), token)
 }
 
+// Wait implements store.Waiter: it returns true when the claim in flight
+// for c's request on key has been kept or released, or when ctx is done,
+// woken at that moment by the Complete or Release that settled it, and
+// false at once when key holds no such claim. A claim that lapses wakes
+// its waiters when the store next finds it lapsed (a claim of the key, or
+// the sweeper).
+func (s *Store) Wait(ctx context.Context, key string, c store.Claim) (bool, error) {
+	ch := s.c.wait(digestOf(key), c.Fingerprint)
+	if ch == nil {
+		return false, nil
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+	return true, nil
+}
+
 // Extend implements store.Extender. It returns the context's error when ctx
 // is already done, and an error when ttl is not positive; in each case it
 // changes nothing.
@@ -344,6 +363,7 @@ func (c *core) complete(d digest, token string, rec *store.Record, retention tim
 		kept := entry{fp: rec.Fingerprint, claimed: e.claimed, expires: later(now, retention), data: data}
 		sh.m[d] = kept
 		c.bytes.Add(kept.cost() - e.cost())
+		sh.wake(d)
 		return nil
 	case e.data != nil && string(tokenOf(e.data)) == token:
 		return nil
@@ -363,10 +383,31 @@ func (c *core) release(d digest, token string) error {
 	case !ok:
 		return nil
 	case e.data == nil && e.token == token:
-		sh.remove(c, d, e)
+		sh.remove(c, d, e) // which wakes its waiters
 		return nil
 	}
 	return store.ErrNotOwner
+}
+
+// wait returns a channel closed when d's claim in flight with fingerprint
+// fp is kept or released, or nil when d holds no such claim at now.
+func (c *core) wait(d digest, fp [32]byte) <-chan struct{} {
+	sh := c.shard(d)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.live(c, d, c.clock())
+	if !ok || e.data != nil || e.fp != fp {
+		return nil
+	}
+	if sh.waiters == nil {
+		sh.waiters = make(map[digest]chan struct{})
+	}
+	ch, ok := sh.waiters[d]
+	if !ok {
+		ch = make(chan struct{})
+		sh.waiters[d] = ch
+	}
+	return ch
 }
 
 // extend sets the remaining life of d's claim when it is in flight under

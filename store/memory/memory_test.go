@@ -874,3 +874,52 @@ func TestJanitorRacesCompletes(t *testing.T) {
 	}
 	checkInvariants(t, s)
 }
+
+// TestWaitWakesOnCompleteAndRelease: a repeat waiting on a claim in
+// flight for its own request is woken by the Complete or the Release that
+// settles it; a key with no such claim is not waited on.
+func TestWaitWakesOnCompleteAndRelease(t *testing.T) {
+	st := mustNew(t)
+	ctx := context.Background()
+	fp := [32]byte{7}
+	for _, keep := range []bool{true, false} {
+		key := fmt.Sprint("wait-", keep)
+		c := store.Claim{Token: "owner", Fingerprint: fp, TTL: time.Minute}
+		if res, err := st.Claim(ctx, key, c); err != nil || res.State != store.Claimed {
+			t.Fatalf("claim: %v %v", res.State, err)
+		}
+		if ok, _ := st.Wait(ctx, key, store.Claim{Token: "other", Fingerprint: [32]byte{8}, TTL: time.Minute}); ok {
+			t.Fatal("a wait for another request's fingerprint was taken")
+		}
+		woke := make(chan bool, 1)
+		go func() {
+			ok, _ := st.Wait(ctx, key, store.Claim{Token: "repeat", Fingerprint: fp, TTL: time.Minute})
+			woke <- ok
+		}()
+		select {
+		case <-woke:
+			t.Fatal("the waiter returned while the claim was in flight")
+		case <-time.After(20 * time.Millisecond):
+		}
+		var err error
+		if keep {
+			err = st.Complete(ctx, key, "owner", &store.Record{Status: 201, Fingerprint: fp}, time.Hour)
+		} else {
+			err = st.Release(ctx, key, "owner")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ok := <-woke:
+			if !ok {
+				t.Fatal("woken with false")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter was not woken")
+		}
+	}
+	if ok, err := st.Wait(ctx, "nobody", store.Claim{Token: "t", Fingerprint: fp, TTL: time.Minute}); ok || err != nil {
+		t.Errorf("a wait on a free key: %v %v, want false at once", ok, err)
+	}
+}

@@ -54,7 +54,18 @@ func (e *entry) result(c *core, token string, now int64) store.Result {
 type shard struct {
 	mu sync.Mutex
 	m  map[digest]entry
-	_  [64]byte // keeps neighbouring shards' locks off one cache line
+	// waiters holds, for a claim in flight that repeats wait on (Wait),
+	// the channel its Complete or Release closes; nil until one waits.
+	waiters map[digest]chan struct{}
+	_       [64]byte // keeps neighbouring shards' locks off one cache line
+}
+
+// wake wakes the waiters of d, whose claim was just kept or released.
+func (sh *shard) wake(d digest) {
+	if ch, ok := sh.waiters[d]; ok {
+		close(ch)
+		delete(sh.waiters, d)
+	}
 }
 
 // live returns d's entry when it is inside its life at now. An entry past
@@ -74,6 +85,7 @@ func (sh *shard) live(c *core, d digest, now int64) (entry, bool) {
 // remove deletes d, which holds e.
 func (sh *shard) remove(c *core, d digest, e entry) {
 	delete(sh.m, d)
+	sh.wake(d)
 	c.n.Add(-1)
 	c.bytes.Add(-e.cost())
 }
@@ -85,6 +97,7 @@ func (sh *shard) sweep(c *core, now int64) int {
 	for d, e := range sh.m {
 		if now >= e.expires {
 			delete(sh.m, d)
+			sh.wake(d)
 			removed++
 			bytes += e.cost()
 		}

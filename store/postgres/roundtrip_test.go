@@ -221,12 +221,12 @@ func TestRoundTrips(t *testing.T) {
 		must(v.(txv).tx.Rollback(ctx))
 		return nil
 	})
-	measure("ClaimTx: replay", 1, completed, func(k any) func() {
+	measure("ClaimTx: replay (+ROLLBACK after the answer)", 2, completed, func(k any) func() {
 		res, _, err := st.ClaimTx(ctx, k.(string), newClaim(1))
 		state(res, err, store.Completed)
 		return nil
 	})
-	measure("ClaimTx: in flight, owner alive", 1, func() any {
+	measure("ClaimTx: in flight (+ROLLBACK after the answer)", 2, func() any {
 		k := newKey()
 		res, tx, err := side.ClaimTx(ctx, k, newClaim(1))
 		state(res, err, store.Claimed)

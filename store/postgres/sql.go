@@ -65,8 +65,7 @@ const (
         body_omitted = NULL, completed_at = NULL
     WHERE r.expires_at <= statement_timestamp()
     RETURNING set_config('statement_timeout', $7, true) AS a,
-              set_config('idle_in_transaction_session_timeout', $7, true) AS b,
-              set_config('idemkey.claimed', 'on', true) AS c
+              set_config('idle_in_transaction_session_timeout', $7, true) AS b
 )
 SELECT 1::smallint, NULL::text, NULL::bytea, NULL::timestamptz, NULL::bigint,
        NULL::smallint, NULL::bytea, NULL::bytea, NULL::boolean, NULL::timestamptz, NULL::boolean
@@ -162,16 +161,6 @@ WHERE key = $1 AND token = $2 AND status IS NULL AND expires_at > statement_time
 SELECT CASE WHEN n = 1 THEN true
     ELSE ('idemkey: the claim is no longer this request''s, or its life is over; rolling back (' || n || ' rows kept)')::boolean END
 FROM (SELECT count(*) AS n FROM kept) k`
-
-	// claimedSQL raises an error (22P02, which names the cause) unless
-	// the claim before it in the same transaction took the key: sent
-	// after the claim and before BEGIN, in one pipeline, it ends the
-	// pipeline's transaction (the server rolls it back at the Sync) when
-	// the key was not claimed, so a replay or a 409 leaves no transaction
-	// to roll back; when it was, the BEGIN after it makes the claim's
-	// transaction the request's.
-	claimedSQL = `SELECT CASE WHEN current_setting('idemkey.claimed', true) = 'on' THEN true
-    ELSE ('idemkey: the key was not claimed (' || coalesce(current_setting('idemkey.claimed', true), '') || '); ending the claim''s transaction')::boolean END`
 
 	// waitSQL waits up to $2 milliseconds (text) for the lock $1 to be
 	// free, and lets go of it at once: it wakes the moment the transaction

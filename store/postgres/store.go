@@ -30,10 +30,7 @@ type Store struct {
 	timeout       time.Duration
 	commitTimeout time.Duration
 	begin         string // the BEGIN of a request's transaction
-	// beginAfter: the isolation is the default, so the claim can go first
-	// in its pipeline and BEGIN after it (see claimTx).
-	beginAfter bool
-	txOptions  pgx.TxOptions
+	txOptions     pgx.TxOptions
 	// undo4xx: a kept 4xx rolls the handler's writes back to a savepoint
 	// (WithClientErrorWrites).
 	undo4xx    bool
@@ -90,7 +87,6 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		timeout:       cfg.callTimeout,
 		commitTimeout: cfg.commitTimeout,
 		begin:         beginSQL(cfg.txOptions),
-		beginAfter:    cfg.txOptions == pgx.TxOptions{IsoLevel: pgx.ReadCommitted} || cfg.txOptions == pgx.TxOptions{},
 		txOptions:     cfg.txOptions,
 		undo4xx:       !cfg.clientErrorWrites,
 		sweepBatch:    cfg.sweepBatch,
