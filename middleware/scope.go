@@ -2,9 +2,15 @@ package middleware
 
 import "net/http"
 
-// CodeScopeMissing is the code of the 500 the middleware answers when the
-// scope function (WithScope) names no scope for a request: it returned "".
-const CodeScopeMissing = "scope_missing"
+// The codes of the middleware's 500s, for configuration errors.
+const (
+	// CodeScopeMissing: the scope function (WithScope) named no scope for
+	// a request (it returned "").
+	CodeScopeMissing = "scope_missing"
+	// CodeRouteInvalid: the route was built with an invalid RouteOption
+	// (a Deadline that is not positive).
+	CodeRouteInvalid = "route_invalid"
+)
 
 // scopeOf returns the scope of r, as the scope function (WithScope) names
 // it. A scope function that returns "" has failed to name the caller: a

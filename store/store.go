@@ -222,7 +222,7 @@ const KeyPrefix = "idem:v1:"
 // different (scope, key) pairs never share a name, and the braces are a
 // Redis Cluster hash tag that keeps everything about one record in one slot.
 func KeyName(scope, key string) string {
-	d := Digest(scope, key)
+	d := digest(scope, key)
 	var b [len(KeyPrefix) + 2 + 2*sha256.Size]byte
 	n := copy(b[:], KeyPrefix)
 	b[n] = '{'
@@ -231,9 +231,10 @@ func KeyName(scope, key string) string {
 	return string(b[:])
 }
 
-// Digest returns the SHA-256 over the length-prefixed scope and key that
-// KeyName encodes. Logs and operators' tools name a record by its hex.
-func Digest(scope, key string) [sha256.Size]byte {
+// digest returns the SHA-256 over the length-prefixed scope and key that
+// KeyName encodes. Logs and operators' tools name a record by its hex
+// (DigestOf).
+func digest(scope, key string) [sha256.Size]byte {
 	var buf [128]byte
 	b := buf[:0]
 	b = binary.BigEndian.AppendUint32(b, uint32(len(scope)))

@@ -166,7 +166,7 @@ const MaxKeyPrefixLen = 64
 func WithKeyPrefix(prefix string) Option {
 	return func(c *config) error {
 		if err := ValidateKeyPrefix(prefix); err != nil {
-			return fmt.Errorf("WithKeyPrefix: %w", err)
+			return fmt.Errorf("WithKeyPrefix(%q): %w", prefix, err)
 		}
 		c.keyPrefix = prefix
 		return nil
