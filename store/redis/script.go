@@ -7,10 +7,11 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// The scripts that change a key after its claim. Each touches KEYS[1] alone
-// and runs with EVALSHA, falling back to EVAL when the server does not have
-// it cached (a restart, a failover, a new cluster node), so nothing is
-// loaded ahead. The claim itself is a plain SET ... NX GET.
+// The scripts that change a key after its claim, and the one operators'
+// tools delete a key with (Delete). Each touches KEYS[1] alone and runs
+// with EVALSHA, falling back to EVAL when the server does not have it
+// cached (a restart, a failover, a new cluster node), so nothing is loaded
+// ahead. The claim itself is a plain SET ... NX GET.
 var (
 	//go:embed complete.lua
 	completeSource string
@@ -18,10 +19,13 @@ var (
 	releaseSource string
 	//go:embed extend.lua
 	extendSource string
+	//go:embed delete.lua
+	deleteSource string
 
 	completeScript = newScript(completeSource)
 	releaseScript  = newScript(releaseSource)
 	extendScript   = newScript(extendSource)
+	deleteScript   = newScript(deleteSource)
 )
 
 // script is a Lua script and its SHA-1, as EVALSHA names it.

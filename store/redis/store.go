@@ -25,6 +25,8 @@ type Store struct {
 	evictWarn   bool
 	clock       *slotClock // the shared deadlines of this Store's calls
 	prefix      string     // WithKeyPrefix
+	scanCount   int64      // WithScan
+	scanSample  int64
 }
 
 var (
@@ -73,6 +75,8 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 		evictWarn:   cfg.evictionWarn,
 		clock:       newSlotClock(),
 		prefix:      cfg.keyPrefix,
+		scanCount:   cfg.scanCount,
+		scanSample:  cfg.scanSample,
 	}, nil
 }
 
