@@ -20,6 +20,13 @@ const (
 	CodeKeyReused   = "idempotency_key_reused"
 	CodeConflict    = "conflict"
 	CodeUnavailable = "unavailable"
+
+	// The 500s, for configuration errors. CodeScopeMissing: the scope
+	// function (WithScope) named no scope for a request (it returned "").
+	// CodeRouteInvalid: the route was built with an invalid RouteOption
+	// (a Deadline that is not positive).
+	CodeScopeMissing = "scope_missing"
+	CodeRouteInvalid = "route_invalid"
 )
 
 // problems lists every problem the middleware can answer with, keyed by

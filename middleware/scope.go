@@ -2,16 +2,6 @@ package middleware
 
 import "net/http"
 
-// The codes of the middleware's 500s, for configuration errors.
-const (
-	// CodeScopeMissing: the scope function (WithScope) named no scope for
-	// a request (it returned "").
-	CodeScopeMissing = "scope_missing"
-	// CodeRouteInvalid: the route was built with an invalid RouteOption
-	// (a Deadline that is not positive).
-	CodeRouteInvalid = "route_invalid"
-)
-
 // scopeOf returns the scope of r, as the scope function (WithScope) names
 // it. A scope function that returns "" has failed to name the caller: a
 // signed-in caller it does not recognise would otherwise land in some
