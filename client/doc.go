@@ -47,7 +47,7 @@
 //
 // A key is 1 to 255 printable ASCII characters ([idemkey.ValidKey]); any
 // other key from WithKey or the key generator fails the request with
-// [ErrInvalidKey] before anything is sent. Keys are sent with
+// an error wrapping [idemkey.ErrKeyInvalid] before anything is sent. Keys are sent with
 // [idemkey.FormatKey]: bare, or as a quoted string when they hold a comma, a
 // double quote or a space at either end. The header name, the key grammar
 // and the covered methods are the protocol's, from package idemkey.

@@ -2,22 +2,11 @@ package client
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 
 	"github.com/idemkey/idemkey"
 )
-
-// ErrInvalidKey is returned, wrapped, by RoundTrip when the key from WithKey
-// or from the key generator is not 1 to idemkey.MaxKeyLength (255) printable
-// ASCII characters, 0x20 to 0x7E (see idemkey.ValidKey). Nothing is sent.
-//
-// A valid key is sent with idemkey.FormatKey: bare when the bare form
-// carries it unchanged (as Stripe's clients send keys), otherwise as a
-// quoted structured-field string (a key with a comma, a double quote, or a
-// space at either end), which an idemkey server reads back as the same key.
-var ErrInvalidKey = errors.New("idemkey: client: invalid idempotency key")
 
 type keyContextKey struct{}
 
@@ -28,6 +17,14 @@ type callNameContextKey struct{}
 // already on the request wins over it. Use it when the key comes from
 // elsewhere, for example from the caller's own caller or from a stored
 // operation id. An empty key is the same as none.
+//
+// A key that is not 1 to idemkey.MaxKeyLength (255) printable ASCII
+// characters, 0x20 to 0x7E (see idemkey.ValidKey), fails the request with
+// an error wrapping idemkey.ErrKeyInvalid, and nothing is sent. A valid key
+// is sent with idemkey.FormatKey: bare when the bare form carries it
+// unchanged (as Stripe's clients send keys), otherwise as a quoted
+// structured-field string (a key with a comma, a double quote, or a space
+// at either end), which an idemkey server reads back as the same key.
 func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, keyContextKey{}, key)
 }
@@ -60,7 +57,7 @@ func (t *Transport) chooseKey(req *http.Request, method string) (key string, set
 	ctx := req.Context()
 	if k, _ := ctx.Value(keyContextKey{}).(string); k != "" {
 		if !idemkey.ValidKey(k) {
-			return "", false, errorf("key from WithKey: %w", ErrInvalidKey)
+			return "", false, errorf("key from WithKey: %w", idemkey.ErrKeyInvalid)
 		}
 		return k, true, nil
 	}
@@ -78,7 +75,7 @@ func (t *Transport) chooseKey(req *http.Request, method string) (key string, set
 	}
 	k := t.newKey()
 	if !idemkey.ValidKey(k) {
-		return "", false, errorf("key from the key generator: %w", ErrInvalidKey)
+		return "", false, errorf("key from the key generator: %w", idemkey.ErrKeyInvalid)
 	}
 	return k, true, nil
 }

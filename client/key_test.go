@@ -184,8 +184,8 @@ func TestInvalidKeysFailBeforeSending(t *testing.T) {
 			body := newTracked("x")
 			req, _ := http.NewRequestWithContext(c.ctx, http.MethodPost, "http://127.0.0.1:1/", body)
 			resp, err := tr.RoundTrip(req)
-			if !errors.Is(err, ErrInvalidKey) || resp != nil {
-				t.Fatalf("RoundTrip = %v, %v; want ErrInvalidKey", resp, err)
+			if !errors.Is(err, idemkey.ErrKeyInvalid) || resp != nil {
+				t.Fatalf("RoundTrip = %v, %v; want idemkey.ErrKeyInvalid", resp, err)
 			}
 			if sent != 0 {
 				t.Errorf("%d attempts sent, want none", sent)

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -8,13 +9,11 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/headername"
 )
 
 // The defaults New applies. Each option's doc comment says which it replaces.
 const (
-	// DefaultHeader is the request header that carries the key: the
-	// protocol's idemkey.Header.
-	DefaultHeader = idemkey.Header
 	// DefaultMaxAttempts is the most attempts one logical request makes,
 	// the first included (409s with a Retry-After aside: see
 	// DefaultInFlightWait).
@@ -32,9 +31,9 @@ const (
 	// running: one minute, longer than the life of a claim under the
 	// middleware's default deadline (30 s plus 5 s).
 	DefaultInFlightWait = time.Minute
-	// DefaultBodyBufferLimit is how many bytes of a request body without
+	// DefaultMaxRequestBody is how many bytes of a request body without
 	// GetBody are held in memory so it can be sent again: 1 MiB.
-	DefaultBodyBufferLimit = 1 << 20
+	DefaultMaxRequestBody = 1 << 20
 )
 
 // An Option configures a Transport made by New. Options are applied in
@@ -60,7 +59,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		base:            http.DefaultTransport,
-		header:          DefaultHeader,
+		header:          idemkey.Header,
 		maxAttempts:     DefaultMaxAttempts,
 		backoffBase:     DefaultBackoffBase,
 		backoffCap:      DefaultBackoffCap,
@@ -68,7 +67,7 @@ func defaultConfig() config {
 		inFlightWait:    DefaultInFlightWait,
 		newKey:          uuid.NewString,
 		policy:          DefaultRetryPolicy,
-		bodyLimit:       DefaultBodyBufferLimit,
+		bodyLimit:       DefaultMaxRequestBody,
 		autoKey:         true,
 	}
 }
@@ -96,7 +95,7 @@ func errorf(format string, args ...any) error {
 func WithBase(rt http.RoundTripper) Option {
 	return func(c *config) error {
 		if rt == nil {
-			return fmt.Errorf("WithBase: nil RoundTripper")
+			return errors.New("WithBase(nil): the RoundTripper must not be nil")
 		}
 		c.base = rt
 		return nil
@@ -104,12 +103,12 @@ func WithBase(rt http.RoundTripper) Option {
 }
 
 // WithHeader sets the name of the header that carries the key. The default
-// is DefaultHeader, "Idempotency-Key". The name must be a valid header field
+// is idemkey.Header, "Idempotency-Key". The name must be a valid header field
 // name; it is canonicalised with http.CanonicalHeaderKey.
 func WithHeader(name string) Option {
 	return func(c *config) error {
-		if !idemkey.ValidHeaderName(name) {
-			return fmt.Errorf("WithHeader: %q is not a valid header name", name)
+		if !headername.Valid(name) {
+			return fmt.Errorf("WithHeader(%q): not a valid header name", name)
 		}
 		c.header = http.CanonicalHeaderKey(name)
 		return nil
@@ -124,7 +123,7 @@ func WithHeader(name string) Option {
 func WithMaxAttempts(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
-			return fmt.Errorf("WithMaxAttempts: %d is less than 1", n)
+			return fmt.Errorf("WithMaxAttempts(%d): want at least 1", n)
 		}
 		c.maxAttempts = n
 		return nil
@@ -138,10 +137,10 @@ func WithMaxAttempts(n int) Option {
 func WithBackoff(base, cap time.Duration) Option {
 	return func(c *config) error {
 		if base <= 0 {
-			return fmt.Errorf("WithBackoff: base %v is not positive", base)
+			return fmt.Errorf("WithBackoff(%v, %v): the base must be positive", base, cap)
 		}
 		if cap < base {
-			return fmt.Errorf("WithBackoff: cap %v is less than base %v", cap, base)
+			return fmt.Errorf("WithBackoff(%v, %v): the cap must not be less than the base", base, cap)
 		}
 		c.backoffBase, c.backoffCap = base, cap
 		return nil
@@ -157,7 +156,7 @@ func WithBackoff(base, cap time.Duration) Option {
 func WithRetryAfterLimit(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
-			return fmt.Errorf("WithRetryAfterLimit: %v is negative", d)
+			return fmt.Errorf("WithRetryAfterLimit(%v): the limit must not be negative", d)
 		}
 		c.retryAfterLimit = d
 		return nil
@@ -179,7 +178,7 @@ func WithRetryAfterLimit(d time.Duration) Option {
 func WithInFlightWait(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
-			return fmt.Errorf("WithInFlightWait: %v is negative", d)
+			return fmt.Errorf("WithInFlightWait(%v): the wait must not be negative", d)
 		}
 		c.inFlightWait = d
 		return nil
@@ -188,13 +187,13 @@ func WithInFlightWait(d time.Duration) Option {
 
 // WithKeyGenerator sets the function that makes a fresh key for a mutation
 // the caller did not key. The default is uuid.NewString (a random version 4
-// UUID). It must be safe for concurrent use and return keys of the form
-// ErrInvalidKey describes; any other key fails the request with
-// ErrInvalidKey before anything is sent. A nil fn is an error.
+// UUID). It must be safe for concurrent use and return keys that
+// idemkey.ValidKey accepts; any other key fails the request with an error
+// wrapping idemkey.ErrKeyInvalid before anything is sent. A nil fn is an error.
 func WithKeyGenerator(fn func() string) Option {
 	return func(c *config) error {
 		if fn == nil {
-			return fmt.Errorf("WithKeyGenerator: nil function")
+			return errors.New("WithKeyGenerator(nil): the function must not be nil")
 		}
 		c.newKey = fn
 		return nil
@@ -222,24 +221,24 @@ func WithoutAutoKey() Option {
 func WithRetryPolicy(p RetryPolicy) Option {
 	return func(c *config) error {
 		if p == nil {
-			return fmt.Errorf("WithRetryPolicy: nil policy")
+			return errors.New("WithRetryPolicy(nil): the policy must not be nil")
 		}
 		c.policy = p
 		return nil
 	}
 }
 
-// WithBodyBufferLimit sets how many bytes of a request body without GetBody
+// WithMaxRequestBody sets how many bytes of a request body without GetBody
 // the transport holds in memory so that it can send the body again. A longer
 // body is streamed once and the request is not retried. Bodies with GetBody
 // (those made by http.NewRequest from a bytes.Buffer, bytes.Reader or
 // strings.Reader) are never buffered. The default is
-// DefaultBodyBufferLimit, 1 MiB. Zero means never buffer; negative is an
+// DefaultMaxRequestBody, 1 MiB. Zero means never buffer; negative is an
 // error.
-func WithBodyBufferLimit(n int64) Option {
+func WithMaxRequestBody(n int64) Option {
 	return func(c *config) error {
 		if n < 0 {
-			return fmt.Errorf("WithBodyBufferLimit: %d is negative", n)
+			return fmt.Errorf("WithMaxRequestBody(%d): the limit must not be negative", n)
 		}
 		c.bodyLimit = n
 		return nil

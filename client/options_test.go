@@ -58,7 +58,7 @@ func TestOptionsAreApplied(t *testing.T) {
 	policy := func(Attempt) bool { return true }
 	tr, err := New(WithBase(base), WithHeader("x-idempotency-key"), WithMaxAttempts(7),
 		WithBackoff(time.Second, time.Minute), WithRetryAfterLimit(0), WithKeyGenerator(gen),
-		WithInFlightWait(0), WithoutAutoKey(), WithRetryPolicy(policy), WithBodyBufferLimit(0))
+		WithInFlightWait(0), WithoutAutoKey(), WithRetryPolicy(policy), WithMaxRequestBody(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		"negative in-flight":    WithInFlightWait(-time.Second),
 		"nil key generator":     WithKeyGenerator(nil),
 		"nil policy":            WithRetryPolicy(nil),
-		"negative buffer limit": WithBodyBufferLimit(-1),
+		"negative buffer limit": WithMaxRequestBody(-1),
 	} {
 		t.Run(name, func(t *testing.T) {
 			tr, err := New(opt)
@@ -139,11 +139,11 @@ func TestNilOptionIsAnError(t *testing.T) {
 }
 
 func TestEveryInvalidOptionIsReported(t *testing.T) {
-	_, err := New(WithMaxAttempts(0), WithBodyBufferLimit(-1))
+	_, err := New(WithMaxAttempts(0), WithMaxRequestBody(-1))
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, want := range []string{"WithMaxAttempts", "WithBodyBufferLimit"} {
+	for _, want := range []string{"WithMaxAttempts", "WithMaxRequestBody"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not report %s", err, want)
 		}

@@ -128,7 +128,7 @@ func TestRequestBodies(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s, srv := newScript(t, step{status: http.StatusServiceUnavailable}, step{status: http.StatusServiceUnavailable},
 				step{status: http.StatusOK})
-			tr, _ := newTest(t, WithBase(noKeepAlive(t)), WithBodyBufferLimit(c.limit))
+			tr, _ := newTest(t, WithBase(noKeepAlive(t)), WithMaxRequestBody(c.limit))
 			r := c.body()
 			req, _ := http.NewRequest(http.MethodPost, srv.URL, r)
 			resp, err := tr.RoundTrip(req)

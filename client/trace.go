@@ -9,16 +9,11 @@ import (
 	"github.com/idemkey/idemkey"
 )
 
-// ReplayedHeader is the response header with which an idemkey server (and
-// Stripe) marks an answer replayed from the kept result of an earlier
-// request with the same key: the protocol's idemkey.HeaderReplayed.
-const ReplayedHeader = idemkey.HeaderReplayed
-
 // Replayed reports whether resp is a replay of the kept answer to an earlier
-// request with the same key: its Idempotent-Replayed header is "true" (in any
-// case). A nil resp is not a replay.
+// request with the same key: its Idempotent-Replayed header
+// (idemkey.HeaderReplayed, as Stripe sends it too) is "true" (in any case). A nil resp is not a replay.
 func Replayed(resp *http.Response) bool {
-	return resp != nil && strings.EqualFold(strings.TrimSpace(resp.Header.Get(ReplayedHeader)), "true")
+	return resp != nil && strings.EqualFold(strings.TrimSpace(resp.Header.Get(idemkey.HeaderReplayed)), "true")
 }
 
 // Trace reports what the Transport did for one logical request. Pass it with

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemkey/idemkey"
 )
 
 func TestKeyedPostKeepsItsKeyAcrossRetries(t *testing.T) {
@@ -167,8 +169,8 @@ func TestFinalStatusesAreNotRetried(t *testing.T) {
 	}{
 		{"POST", 400, nil}, {"POST", 401, nil}, {"POST", 403, nil}, {"POST", 404, nil},
 		{"POST", 422, nil}, {"POST", 500, nil}, {"POST", 501, nil}, {"PUT", 500, nil},
-		{"POST", 409, map[string]string{ReplayedHeader: "true"}},
-		{"POST", 429, map[string]string{ReplayedHeader: "true"}},
+		{"POST", 409, map[string]string{idemkey.HeaderReplayed: "true"}},
+		{"POST", 429, map[string]string{idemkey.HeaderReplayed: "true"}},
 		{"POST", 200, nil}, {"POST", 201, nil},
 		{"GET", 409, nil}, {"GET", 500, nil}, {"GET", 404, nil},
 	} {

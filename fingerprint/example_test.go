@@ -27,7 +27,10 @@ func ExampleSum() {
 func ExampleNew() {
 	// A fingerprint of the method and path alone: a retry with another body
 	// counts as the same request.
-	fp := fingerprint.New(fingerprint.Method | fingerprint.Path)
+	fp, err := fingerprint.New(fingerprint.Method | fingerprint.Path)
+	if err != nil {
+		panic(err)
+	}
 	r := httptest.NewRequest("POST", "/orders?dry_run=1", nil)
 	fmt.Println(fp(r, []byte(`{"sku":"A1"}`)) == fp(r, []byte(`{"sku":"B2"}`)))
 	// Output: true

@@ -101,13 +101,15 @@
 // A body's media type and content encoding decide how it is read even when
 // MediaType is not selected; the tags keep bodies read different ways apart.
 //
-// RawDigest hashes the same parts of a request without canonicalising them,
-// for a cheap test that a repeat is byte for byte a request already seen.
+// The middleware's local replay cache also hashes the same parts of a
+// request without canonicalising them, for a cheap test that a repeat is
+// byte for byte a request already seen (see raw.go).
 package fingerprint
 
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash"
 	"net/http"
@@ -174,22 +176,26 @@ func (f Field) String() string {
 
 // New returns a Func whose fingerprints cover the selected fields. For
 // example New(Method|Path) ignores the query, the media type and the body.
-// It panics when fields is 0 or has bits that name no field.
-func New(fields Field) Func {
+// It returns an error when fields is 0 or has bits that name no field.
+func New(fields Field) (Func, error) {
 	if fields == 0 {
-		panic("idemkey: fingerprint: New with no fields")
+		return nil, errors.New("idemkey: fingerprint: New: no fields selected")
 	}
 	if fields&^All != 0 {
-		panic(fmt.Sprintf("idemkey: fingerprint: New with unknown fields %#x", uint8(fields&^All)))
+		return nil, fmt.Errorf("idemkey: fingerprint: New: unknown fields %#x", uint8(fields&^All))
 	}
+	return newFunc(fields), nil
+}
+
+func newFunc(fields Field) Func {
 	return func(r *http.Request, body []byte) [32]byte {
 		return sum(fields, readRequest(r, fields), body)
 	}
 }
 
-// Default covers every field: New(All). It reads the first Content-Type
-// header, as net/http does, and every Content-Encoding header.
-var Default = New(All)
+// Default covers every field, as New(All) does. It reads the first
+// Content-Type header, as net/http does, and every Content-Encoding header.
+var Default Func = newFunc(All)
 
 // Sum returns the fingerprint Default computes, from the parts of a request:
 // its method, its escaped path (r.URL.EscapedPath()), its raw query
@@ -202,7 +208,7 @@ func Sum(method, escapedPath, rawQuery, contentType string, body []byte, content
 
 // request is everything of a request, other than its body, that a
 // fingerprint reads. readRequest is the one place that takes it from an
-// http.Request, for every Func of New and for RawDigest.
+// http.Request, for every Func of New and for rawDigest.
 type request struct {
 	method, path, query, contentType string
 	contentEncoding                  []string

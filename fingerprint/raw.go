@@ -3,28 +3,33 @@ package fingerprint
 import (
 	"encoding/binary"
 	"net/http"
+
+	"github.com/idemkey/idemkey/internal/rawdigest"
 )
 
-// rawPrefix starts what RawDigest hashes, so that a raw digest is never
+func init() { rawdigest.Of = rawDigest }
+
+// rawPrefix starts what rawDigest hashes, so that a raw digest is never
 // taken for a fingerprint.
 const rawPrefix = "idemkey raw digest v1\n"
 
-// RawDigest returns a SHA-256 over everything Default reads of a request,
+// rawDigest returns a SHA-256 over everything Default reads of a request,
 // as the request has it, without canonicalising anything: the method, the
 // escaped path, the raw query, the first Content-Type header, every
 // Content-Encoding header line, and the body, each length-prefixed.
 //
-// Equal RawDigests imply equal Default fingerprints: both read the request
-// through one function of this package, so a repeat whose RawDigest equals
+// Equal raw digests imply equal Default fingerprints: both read the request
+// through one function of this package, so a repeat whose raw digest equals
 // that of a request already found to match a kept fingerprint matches it
 // too, and its fingerprint (which canonicalises the body, at several times
 // the cost) need not be computed. The converse does not hold: requests that
-// differ only in key order or whitespace have different RawDigests and one
+// differ only in key order or whitespace have different raw digests and one
 // fingerprint.
 //
-// A RawDigest is for comparing requests within one process; it is not a
-// stored format and may change between releases.
-func RawDigest(r *http.Request, body []byte) [32]byte {
+// A raw digest is for comparing requests within one process (the
+// middleware's local replay cache reads it through internal/rawdigest); it
+// is not a stored format and may change between releases.
+func rawDigest(r *http.Request, body []byte) [32]byte {
 	q := readRequest(r, All)
 	s := getScratch()
 	b := append(s.head[:0], rawPrefix...)

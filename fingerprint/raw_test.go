@@ -71,17 +71,17 @@ func TestRawDigestCoversDefault(t *testing.T) {
 		{"content length", false, func(r *http.Request, b []byte) []byte { r.ContentLength = 99; return b }},
 	}
 	r0, b0 := rawBase()
-	raw0, fp0 := RawDigest(r0, b0), Default(r0, b0)
+	raw0, fp0 := rawDigest(r0, b0), Default(r0, b0)
 	if raw0 == fp0 {
 		t.Fatal("a RawDigest equals a fingerprint")
 	}
-	if raw0 != RawDigest(r0, b0) {
+	if raw0 != rawDigest(r0, b0) {
 		t.Fatal("RawDigest not deterministic")
 	}
 	for _, m := range mutations {
 		r, b := rawBase()
 		b = m.f(r, b)
-		raw, fp := RawDigest(r, b), Default(r, b)
+		raw, fp := rawDigest(r, b), Default(r, b)
 		if m.read && raw == raw0 {
 			t.Errorf("%s: Default reads it, RawDigest does not change", m.name)
 		}
@@ -138,7 +138,7 @@ func TestRawDigestRandom(t *testing.T) {
 	for range 20000 {
 		in := gen()
 		r, b := request(in)
-		raw, fp := RawDigest(r, b), Default(r, b)
+		raw, fp := rawDigest(r, b), Default(r, b)
 		key := r.Method + "\x00" + r.URL.EscapedPath() + "\x00" + r.URL.RawQuery + "\x00" + r.Header.Get("Content-Type") + "\x00" +
 			string(b) + "\x00" + string(append([]byte(nil), []byte(joinLines(in.contentEncoding))...))
 		if prev, ok := byRaw[raw]; ok {
@@ -175,7 +175,7 @@ func BenchmarkRawDigest(b *testing.B) {
 	b.ReportAllocs()
 	var d [32]byte
 	for b.Loop() {
-		d = RawDigest(r, body)
+		d = rawDigest(r, body)
 	}
 	sink = d
 }

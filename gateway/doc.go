@@ -34,7 +34,7 @@
 //
 // A keyed mutation is a POST, PUT, PATCH or DELETE ([idemkey.Mutation])
 // whose key header ([idemkey.Header] unless [WithHeader]) holds one valid
-// key ([idemkey.ParseKey]); [WithKeyHonoured] narrows or widens which
+// key ([idemkey.ParseKey]); [WithCovered] narrows or widens which
 // requests count, for fleets where some routes are not behind the
 // middleware. A request with a malformed key is unkeyed: the middleware
 // refuses it without running anything.
@@ -51,7 +51,7 @@
 // does not count against its upstream.
 //
 // The request body is held in memory so it can be sent again, up to
-// [WithBodyLimit] (default 1 MiB). A request with a longer body gets one
+// [WithMaxRequestBody] (default 1 MiB). A request with a longer body gets one
 // attempt, whatever its method and key: the body is streamed and cannot be
 // sent again. (A keyed request that long is refused by the middleware's
 // default body limit anyway.)
@@ -85,7 +85,7 @@
 // reads, and any request with an Idempotency-Key or X-Idempotency-Key
 // header, whatever its value, that has no body or has GetBody. A keyed
 // request is safe to resend so. A mutation the gateway counts as unkeyed
-// but that carries such a header (a route outside [WithKeyHonoured],
+// but that carries such a header (a route outside [WithCovered],
 // another header name, an invalid key) is sent on a connection of its own,
 // never kept alive, and without GetBody, so that it reaches its upstream
 // at most once. A keyed request may reach one upstream more than once in
@@ -111,7 +111,7 @@
 //   - The client counts as keyed any request it sends a key with, because
 //     its caller chose to key it; the gateway did not choose, and counts
 //     only the methods the middleware covers by default (or what
-//     [WithKeyHonoured] says): a keyed request the upstream does not
+//     [WithCovered] says): a keyed request the upstream does not
 //     honour would run twice.
 //   - When nothing was sent, the gateway tries the next upstream even for
 //     an unkeyed mutation: it knows, from its own transport, that nothing
@@ -123,5 +123,5 @@
 // title, status, detail, code, with [idemkey.ProblemTypePrefix]) without
 // importing the middleware: the codes are [CodeReplyLost],
 // [CodeUnavailable] and [CodeTimeout], and, from [Gateway.ReverseProxy]'s
-// error handler, [CodeBodyUnreadable] and [CodeRequestTooLarge].
+// error handler, [idemkey.CodeBodyUnreadable] and [idemkey.CodeRequestTooLarge].
 package gateway

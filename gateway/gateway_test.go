@@ -87,7 +87,7 @@ func TestUnkeyedLostReplyIs502(t *testing.T) {
 		opts []Option
 	}{
 		{"no key", "", nil},
-		{"a key the route does not honour", "note-1", []Option{WithKeyHonoured(func(r *http.Request) bool { return r.URL.Path != "/notes" })}},
+		{"a key the route does not honour", "note-1", []Option{WithCovered(func(r *http.Request) bool { return r.URL.Path != "/notes" })}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			app := newPayments(t)
@@ -322,7 +322,7 @@ func TestOverLimitBodyIsSentOnce(t *testing.T) {
 	app := newPayments(t)
 	a, b := startInstance(t, "a", app), startInstance(t, "b", app)
 	a.lose.Store(1)
-	g, _ := newGateway(t, []string{a.URL(), b.URL()}, WithBodyLimit(8))
+	g, _ := newGateway(t, []string{a.URL(), b.URL()}, WithMaxRequestBody(8))
 	const body = `{"amount":123456}`
 	req := postReq(t, context.Background(), "http://gateway/payments", "pay-6", body)
 	req.GetBody = nil // as a server's request: nothing to make it again
@@ -527,7 +527,7 @@ func TestBodyTooLargeForTheFront(t *testing.T) {
 	req.ContentLength = -1 // chunked: the limit trips while reading
 	req.GetBody = nil
 	req.Body = struct{ io.ReadCloser }{req.Body}
-	checkProblem(t, do(t, req), http.StatusRequestEntityTooLarge, CodeRequestTooLarge)
+	checkProblem(t, do(t, req), http.StatusRequestEntityTooLarge, idemkey.CodeRequestTooLarge)
 	if a.seen.Load() != 0 {
 		t.Errorf("the upstream saw %d requests, want none", a.seen.Load())
 	}
@@ -616,7 +616,7 @@ func TestKeyLikeHeaderDoesNotLetTheTransportResend(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			runs.Store(0)
-			g, _ := newGateway(t, []string{srv.URL}, WithKeyHonoured(func(r *http.Request) bool { return r.URL.Path != "/raw" }))
+			g, _ := newGateway(t, []string{srv.URL}, WithCovered(func(r *http.Request) bool { return r.URL.Path != "/raw" }))
 			// A first request leaves a kept-alive connection for the
 			// mutation to reuse.
 			get, _ := http.NewRequest(http.MethodGet, "http://gateway/prime", nil)
@@ -657,7 +657,7 @@ func TestBrokenStreamedBodyIsTheClientsFault(t *testing.T) {
 	app := newPayments(t)
 	a := startInstance(t, "a", app)
 	for _, key := range []string{"", "pay-broken"} {
-		g, _ := newGateway(t, []string{a.URL()}, WithBodyLimit(16))
+		g, _ := newGateway(t, []string{a.URL()}, WithMaxRequestBody(16))
 		p := g.ReverseProxy()
 		p.ErrorLog = discardLog
 		srv := httptest.NewServer(http.MaxBytesHandler(p, 64))
@@ -671,7 +671,7 @@ func TestBrokenStreamedBodyIsTheClientsFault(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkProblem(t, read(t, resp), http.StatusRequestEntityTooLarge, CodeRequestTooLarge)
+		checkProblem(t, read(t, resp), http.StatusRequestEntityTooLarge, idemkey.CodeRequestTooLarge)
 		if g.upstreams[0].downUntil.Load() != 0 {
 			t.Errorf("key %q: the client's broken body put the upstream in cool-off", key)
 		}

@@ -358,7 +358,7 @@ type answer struct {
 	Header   http.Header
 	Body     string
 	Instance string // the "instance" of a payment's JSON answer
-	Problem  problem
+	Problem  idemkey.Problem
 }
 
 func read(t *testing.T, resp *http.Response) answer {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/headername"
 )
 
 // The defaults New applies. Each option's doc comment says which it replaces.
@@ -18,10 +19,10 @@ const (
 	// DefaultCoolOff is how long an upstream whose attempt failed is passed
 	// over while others are healthy.
 	DefaultCoolOff = 10 * time.Second
-	// DefaultBodyLimit is how many bytes of a request body are held in
+	// DefaultMaxRequestBody is how many bytes of a request body are held in
 	// memory so it can be sent to another upstream: 1 MiB, the middleware's
 	// own default limit.
-	DefaultBodyLimit = 1 << 20
+	DefaultMaxRequestBody = 1 << 20
 	// DefaultMaxIdleConnsPerHost is the idle connections the default
 	// transport keeps to each upstream.
 	DefaultMaxIdleConnsPerHost = 64
@@ -46,7 +47,7 @@ func defaultConfig() config {
 	return config{
 		maxAttempts: DefaultMaxAttempts,
 		coolOff:     DefaultCoolOff,
-		bodyLimit:   DefaultBodyLimit,
+		bodyLimit:   DefaultMaxRequestBody,
 		header:      idemkey.Header,
 		honoured:    mutation,
 	}
@@ -90,7 +91,7 @@ func mutation(r *http.Request) bool { return idemkey.Mutation(r.Method) }
 func WithTransport(t *http.Transport) Option {
 	return func(c *config) error {
 		if t == nil {
-			return errors.New("WithTransport: nil transport")
+			return errors.New("WithTransport(nil): the transport must not be nil")
 		}
 		c.transport = t
 		return nil
@@ -104,7 +105,7 @@ func WithTransport(t *http.Transport) Option {
 func WithMaxAttempts(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
-			return fmt.Errorf("WithMaxAttempts: %d is less than 1", n)
+			return fmt.Errorf("WithMaxAttempts(%d): want at least 1", n)
 		}
 		c.maxAttempts = n
 		return nil
@@ -120,23 +121,23 @@ func WithMaxAttempts(n int) Option {
 func WithCoolOff(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
-			return fmt.Errorf("WithCoolOff: %v is negative", d)
+			return fmt.Errorf("WithCoolOff(%v): the cool-off must not be negative", d)
 		}
 		c.coolOff = d
 		return nil
 	}
 }
 
-// WithBodyLimit sets how many bytes of a request body the gateway holds in
+// WithMaxRequestBody sets how many bytes of a request body the gateway holds in
 // memory so that it can send the body to another upstream. A request with
 // a longer body is sent once, to one upstream, whatever its method and key:
 // the body is streamed and cannot be sent again. The default is
-// DefaultBodyLimit, 1 MiB. Zero means never hold a body (only requests
+// DefaultMaxRequestBody, 1 MiB. Zero means never hold a body (only requests
 // without one fail over); negative is an error.
-func WithBodyLimit(n int64) Option {
+func WithMaxRequestBody(n int64) Option {
 	return func(c *config) error {
 		if n < 0 {
-			return fmt.Errorf("WithBodyLimit: %d is negative", n)
+			return fmt.Errorf("WithMaxRequestBody(%d): the limit must not be negative", n)
 		}
 		c.bodyLimit = n
 		return nil
@@ -148,26 +149,27 @@ func WithBodyLimit(n int64) Option {
 // "Idempotency-Key". The name must be a valid header field name.
 func WithHeader(name string) Option {
 	return func(c *config) error {
-		if !idemkey.ValidHeaderName(name) {
-			return fmt.Errorf("WithHeader: %q is not a valid header name", name)
+		if !headername.Valid(name) {
+			return fmt.Errorf("WithHeader(%q): not a valid header name", name)
 		}
 		c.header = http.CanonicalHeaderKey(name)
 		return nil
 	}
 }
 
-// WithKeyHonoured sets which requests with a valid key the upstreams run
-// once per key, and so may be sent again after a lost reply. The default
-// honours POST, PUT, PATCH and DELETE (idemkey.Mutation), the methods the
+// WithCovered sets which requests with a valid key the upstreams cover:
+// run once per key (as the middleware's covered requests are), and so may
+// be sent again after a lost reply. The default covers POST, PUT, PATCH
+// and DELETE (idemkey.Mutation), the methods the
 // middleware covers by default, on every path. Give a narrower function
 // when some routes are not behind the middleware, or a wider one when the
 // middleware covers more methods (middleware.WithMethods): a keyed request
 // it reports false for is treated as unkeyed. It must be safe for
 // concurrent use and must not read the body. A nil fn is an error.
-func WithKeyHonoured(fn func(r *http.Request) bool) Option {
+func WithCovered(fn func(r *http.Request) bool) Option {
 	return func(c *config) error {
 		if fn == nil {
-			return errors.New("WithKeyHonoured: nil function")
+			return errors.New("WithCovered(nil): the function must not be nil")
 		}
 		c.honoured = fn
 		return nil
@@ -181,7 +183,7 @@ func WithKeyHonoured(fn func(r *http.Request) bool) Option {
 func WithObserver(fn func(Failure)) Option {
 	return func(c *config) error {
 		if fn == nil {
-			return errors.New("WithObserver: nil function")
+			return errors.New("WithObserver(nil): the function must not be nil")
 		}
 		c.observer = fn
 		return nil

@@ -37,7 +37,7 @@ func TestOptionsAreApplied(t *testing.T) {
 	honoured := func(*http.Request) bool { return false }
 	var observed bool
 	g, err := New([]string{"http://127.0.0.1:1"}, WithTransport(tr), WithMaxAttempts(5), WithCoolOff(0),
-		WithBodyLimit(0), WithHeader("x-idempotency-key"), WithKeyHonoured(honoured),
+		WithMaxRequestBody(0), WithHeader("x-idempotency-key"), WithCovered(honoured),
 		WithObserver(func(Failure) { observed = true }))
 	if err != nil {
 		t.Fatal(err)
@@ -61,12 +61,12 @@ func TestNewRejectsBadInput(t *testing.T) {
 		"nil transport":        {ok, []Option{WithTransport(nil)}, []string{"WithTransport"}},
 		"zero attempts":        {ok, []Option{WithMaxAttempts(0)}, []string{"WithMaxAttempts"}},
 		"negative cool-off":    {ok, []Option{WithCoolOff(-time.Second)}, []string{"WithCoolOff"}},
-		"negative body limit":  {ok, []Option{WithBodyLimit(-1)}, []string{"WithBodyLimit"}},
+		"negative body limit":  {ok, []Option{WithMaxRequestBody(-1)}, []string{"WithMaxRequestBody"}},
 		"bad header":           {ok, []Option{WithHeader("Idempotency Key")}, []string{"WithHeader"}},
 		"empty header":         {ok, []Option{WithHeader("")}, []string{"WithHeader"}},
-		"nil honoured":         {ok, []Option{WithKeyHonoured(nil)}, []string{"WithKeyHonoured"}},
+		"nil honoured":         {ok, []Option{WithCovered(nil)}, []string{"WithCovered"}},
 		"nil observer":         {ok, []Option{WithObserver(nil)}, []string{"WithObserver"}},
-		"every error reported": {ok, []Option{WithMaxAttempts(0), WithBodyLimit(-1)}, []string{"WithMaxAttempts", "WithBodyLimit"}},
+		"every error reported": {ok, []Option{WithMaxAttempts(0), WithMaxRequestBody(-1)}, []string{"WithMaxAttempts", "WithMaxRequestBody"}},
 		"no upstream":          {nil, nil, []string{"no upstream"}},
 		"relative":             {[]string{"/api"}, nil, []string{"not an absolute http or https URL"}},
 		"other scheme":         {[]string{"ftp://h"}, nil, []string{"not an absolute"}},

@@ -7,9 +7,12 @@ import (
 	"strconv"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/problem"
 )
 
-// The codes of the problems the gateway answers with itself.
+// The codes of the problems only the gateway answers with; it answers
+// idemkey.CodeBodyUnreadable (400) and idemkey.CodeRequestTooLarge (413)
+// from the ReverseProxy error handler as well.
 const (
 	// CodeReplyLost (502): a request that may not be sent twice (a
 	// mutation without a key the upstreams honour) may have reached an
@@ -21,25 +24,19 @@ const (
 	// CodeTimeout (504): the request's deadline passed before any
 	// upstream answered.
 	CodeTimeout = "upstream_timeout"
-	// CodeBodyUnreadable (400), written by the ReverseProxy error handler:
-	// the request body could not be read in full.
-	CodeBodyUnreadable = idemkey.CodeBodyUnreadable
-	// CodeRequestTooLarge (413), written by the ReverseProxy error handler:
-	// the request body is over an http.MaxBytesReader limit.
-	CodeRequestTooLarge = idemkey.CodeRequestTooLarge
 )
 
-// problem is one of the gateway's problems (idemkey.Problem, the
+// encoded is one of the gateway's problems (idemkey.Problem, the
 // middleware's shape), encoded once.
-type problem struct {
+type encoded struct {
 	idemkey.Problem
 	body []byte
 }
 
-func newProblem(code string, status int, title, detail string, retryAfter int) *problem {
-	p := idemkey.NewProblem(code, status, title, detail)
+func newProblem(code string, status int, title, detail string, retryAfter int) *encoded {
+	p := problem.New(code, status, title, detail)
 	p.RetryAfter = retryAfter
-	return &problem{Problem: p, body: p.Body()}
+	return &encoded{Problem: p, body: p.Body()}
 }
 
 var (
@@ -49,20 +46,20 @@ var (
 		"No upstream instance answered the request. Retry after the delay in Retry-After; a mutation is retried safely only with the same idempotency key.", 1)
 	problemTimeout = newProblem(CodeTimeout, http.StatusGatewayTimeout, "Upstream timeout",
 		"No upstream instance answered before the request's deadline. A mutation is retried safely only with the same idempotency key.", 0)
-	problemBodyUnreadable = newProblem(CodeBodyUnreadable, http.StatusBadRequest, "Request body unreadable",
+	problemBodyUnreadable = newProblem(idemkey.CodeBodyUnreadable, http.StatusBadRequest, "Request body unreadable",
 		"The request body could not be read in full.", 0)
-	problemTooLarge = newProblem(CodeRequestTooLarge, http.StatusRequestEntityTooLarge, "Request too large",
+	problemTooLarge = newProblem(idemkey.CodeRequestTooLarge, http.StatusRequestEntityTooLarge, "Request too large",
 		"The request body is larger than this gateway accepts.", 0)
 )
 
-func (p *problem) header() http.Header {
+func (p *encoded) header() http.Header {
 	h := make(http.Header, 4)
-	idemkey.ProblemHeader(h, p.Problem, p.body)
+	problem.SetHeader(h, p.Problem, p.body)
 	return h
 }
 
 // problemResponse is p as the response to req.
-func problemResponse(req *http.Request, p *problem) *http.Response {
+func problemResponse(req *http.Request, p *encoded) *http.Response {
 	return &http.Response{
 		Status:        strconv.Itoa(p.Status) + " " + http.StatusText(p.Status),
 		StatusCode:    p.Status,
@@ -77,6 +74,6 @@ func problemResponse(req *http.Request, p *problem) *http.Response {
 }
 
 // writeProblem writes p as the response.
-func writeProblem(w http.ResponseWriter, p *problem) {
-	idemkey.WriteProblem(w, p.Problem, p.body)
+func writeProblem(w http.ResponseWriter, p *encoded) {
+	problem.Write(w, p.Problem, p.body)
 }

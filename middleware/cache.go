@@ -33,7 +33,7 @@ type cacheEntry struct {
 	key     string
 	rec     *store.Record
 	expires time.Time
-	// raw is the fingerprint.RawDigest of a request whose fingerprint
+	// raw is the raw digest (internal/rawdigest) of a request whose fingerprint
 	// matched rec's, when hasRaw: a repeat with the same digest has the same
 	// fingerprint (see Middleware.cached).
 	raw    [32]byte
@@ -80,7 +80,7 @@ func (c *replayCache) lookup(key string) (rec *store.Record, raw [32]byte, hasRa
 	return e.rec, e.raw, e.hasRaw
 }
 
-// learn notes that requests whose RawDigest is raw match rec, while rec is
+// learn notes that requests whose raw digest is raw match rec, while rec is
 // still key's entry.
 func (c *replayCache) learn(key string, rec *store.Record, raw [32]byte) {
 	s := c.shard(key)
@@ -93,7 +93,7 @@ func (c *replayCache) learn(key string, rec *store.Record, raw [32]byte) {
 	}
 }
 
-// CacheSkewMargin is how long before the end of a record's retention, as
+// cacheSkewMargin is how long before the end of a record's retention, as
 // this process's clock reads it, its local cache entry (WithLocalCache)
 // lapses at the latest.
 //
@@ -104,14 +104,14 @@ func (c *replayCache) learn(key string, rec *store.Record, raw [32]byte) {
 // would replay a record the store no longer has (after which the key runs
 // again elsewhere) for as long as the clocks are apart. Clocks up to this
 // margin apart never make an entry outlive its record.
-const CacheSkewMargin = time.Minute
+const cacheSkewMargin = time.Minute
 
-// put caches rec under key until the cache's TTL or CacheSkewMargin before
+// put caches rec under key until the cache's TTL or cacheSkewMargin before
 // the end of the record's retention, whichever comes first.
 func (c *replayCache) put(key string, rec *store.Record, retention time.Duration) {
 	now := c.now()
 	expires := now.Add(c.ttl)
-	if end := rec.CompletedAt.Add(retention - CacheSkewMargin); end.Before(expires) {
+	if end := rec.CompletedAt.Add(retention - cacheSkewMargin); end.Before(expires) {
 		expires = end
 	}
 	if !now.Before(expires) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/fingerprint"
 	"github.com/idemkey/idemkey/middleware"
 )
@@ -37,7 +38,7 @@ func cachedRepeats(t *testing.T, opts []middleware.Option) {
 	}
 	for _, rp := range replays {
 		w := serve(mw, post("k", rp.body))
-		if w.Code != first.Code || w.Body.String() != first.Body.String() || w.Header().Get(middleware.HeaderReplayed) != "true" {
+		if w.Code != first.Code || w.Body.String() != first.Body.String() || w.Header().Get(idemkey.HeaderReplayed) != "true" {
 			t.Errorf("%s: %d %q, want the replay of %d %q", rp.name, w.Code, w.Body, first.Code, first.Body)
 		}
 	}

@@ -71,7 +71,7 @@ func TestCacheEntryNeverOutlivesItsRecordUnderClockSkew(t *testing.T) {
 	// Read back from the store near the end of its life: cached for what
 	// is left of it less the margin, or not at all.
 	local = time.Unix(2_000_000, 0)
-	c.put("late", &store.Record{CompletedAt: local.Add(skew - retention + CacheSkewMargin/2)}, retention)
+	c.put("late", &store.Record{CompletedAt: local.Add(skew - retention + cacheSkewMargin/2)}, retention)
 	if c.get("late") != nil {
 		t.Error("a record within the margin of its end was cached")
 	}

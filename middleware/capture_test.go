@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkey/idemkey/middleware"
+	"github.com/idemkey/idemkey"
 )
 
 // interfaces reports which optional interfaces w has.
@@ -141,11 +141,11 @@ func TestFlushStreams(t *testing.T) {
 				again := do()
 				body := readAll(t, again.Body)
 				again.Body.Close()
-				if again.StatusCode != http.StatusOK || again.Header.Get(middleware.HeaderReplayed) != "true" ||
-					again.Header.Get(middleware.HeaderBodyOmitted) != "true" || again.Header.Get("Content-Type") != "text/event-stream" ||
+				if again.StatusCode != http.StatusOK || again.Header.Get(idemkey.HeaderReplayed) != "true" ||
+					again.Header.Get(idemkey.HeaderBodyOmitted) != "true" || again.Header.Get("Content-Type") != "text/event-stream" ||
 					body != "" || runs.Load() != 1 {
 					t.Fatalf("repeat during the stream: %d replayed %q omitted %q type %q body %q runs %d",
-						again.StatusCode, again.Header.Get(middleware.HeaderReplayed), again.Header.Get(middleware.HeaderBodyOmitted),
+						again.StatusCode, again.Header.Get(idemkey.HeaderReplayed), again.Header.Get(idemkey.HeaderBodyOmitted),
 						again.Header.Get("Content-Type"), body, runs.Load())
 				}
 				close(proceed)
@@ -289,8 +289,8 @@ func TestHijackedConnectionIsNeverReplayed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b := readAll(t, resp.Body); b != "hi" || resp.Header.Get(middleware.HeaderReplayed) != "" {
-			t.Fatalf("body %q replayed %q", b, resp.Header.Get(middleware.HeaderReplayed))
+		if b := readAll(t, resp.Body); b != "hi" || resp.Header.Get(idemkey.HeaderReplayed) != "" {
+			t.Fatalf("body %q replayed %q", b, resp.Header.Get(idemkey.HeaderReplayed))
 		}
 		resp.Body.Close()
 		released(i + 1)
@@ -322,7 +322,7 @@ func TestRetryTheMomentTheReplyArrives(t *testing.T) {
 				t.Fatal(err)
 			}
 			statuses = append(statuses, resp.StatusCode)
-			replayed = resp.Header.Get(middleware.HeaderReplayed)
+			replayed = resp.Header.Get(idemkey.HeaderReplayed)
 			resp.Body.Close()
 		}
 		if statuses[0] != http.StatusCreated || statuses[1] != http.StatusCreated || replayed != "true" {
@@ -466,8 +466,8 @@ func TestHijackThroughAWrapperIsNeverReplayed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b := readAll(t, resp.Body); b != "hi" || resp.Header.Get(middleware.HeaderReplayed) != "" {
-			t.Fatalf("body %q replayed %q", b, resp.Header.Get(middleware.HeaderReplayed))
+		if b := readAll(t, resp.Body); b != "hi" || resp.Header.Get(idemkey.HeaderReplayed) != "" {
+			t.Fatalf("body %q replayed %q", b, resp.Header.Get(idemkey.HeaderReplayed))
 		}
 		resp.Body.Close()
 		<-done // the middleware has finished with the key

@@ -40,10 +40,10 @@ func (t *runTimes) estimate() time.Duration { return time.Duration(t.avg.Load())
 //     done, the estimate less how long it has run;
 //   - before the route has finished a first run, or once the first request
 //     runs longer than usual (it is slow this time, stuck, or its process
-//     died): half of how long it has run, at most MaxOverdueHint. A client
+//     died): half of how long it has run, at most 10 seconds. A client
 //     that follows the hints comes back after 1, 1, 1, 2, 3, 4, 6, 9, 10,
 //     10, ... seconds: soon while the run may be about to finish, less
-//     often the longer it lasts, and never later than MaxOverdueHint after
+//     often the longer it lasts, and never later than 10 seconds after
 //     the answer is there. The claim's whole remaining life is never the
 //     hint: a client whose budget is shorter than that would give up on a
 //     request that answers well within it.
@@ -62,15 +62,15 @@ func (h *handler) retryAfter(res store.Result, now time.Time) int {
 	if est > 0 && elapsed < min(h.route.Deadline, 2*est) {
 		left = est - elapsed
 	} else {
-		left = min(elapsed/2, MaxOverdueHint)
+		left = min(elapsed/2, maxOverdueHint)
 	}
 	return max(seconds(min(left, res.TTL)), 1)
 }
 
-// MaxOverdueHint is the longest Retry-After hint of a 409 for a first
+// maxOverdueHint is the longest Retry-After hint of a 409 for a first
 // request that has run longer than usual for its route (see
 // Middleware.Handler): the hints grow with how long it has run, up to this.
-const MaxOverdueHint = 10 * time.Second
+const maxOverdueHint = 10 * time.Second
 
 // seconds rounds d up to whole seconds.
 func seconds(d time.Duration) int {

@@ -15,7 +15,7 @@ import (
 // 1 s thirty times over (a retry budget of a few attempts spent in
 // seconds), and on one whose first runs took 10 ms, 35 s at once (past
 // most clients' budgets). The hints now grow with the claim's age: 8 of
-// them in the claim's 35 s, none longer than MaxOverdueHint.
+// them in the claim's 35 s, none longer than maxOverdueHint.
 func TestDeadOwnerHintsGrow(t *testing.T) {
 	h := &handler{route: Route{Deadline: DefaultDeadline}}
 	life := DefaultDeadline + ClaimMargin

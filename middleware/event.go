@@ -50,11 +50,14 @@ const (
 	// EventScopeMissing: the scope function (WithScope) returned "" for
 	// the request, which names no caller: a configuration error (500).
 	EventScopeMissing
+	// EventRouteInvalid: the route was built with an invalid RouteOption
+	// (Err says which): a configuration error (500 route_invalid).
+	EventRouteInvalid
 )
 
 var eventNames = [...]string{"invalid", "first_attempt", "replay", "in_flight", "key_reused",
 	"key_missing", "key_invalid", "request_too_large", "kept", "released", "ownership_lost", "store_error",
-	"body_unreadable", "store_full", "scope_missing"}
+	"body_unreadable", "store_full", "scope_missing", "route_invalid"}
 
 // String returns the event's name in snake case, for logs and metric labels.
 func (k EventKind) String() string {
@@ -82,7 +85,8 @@ type Event struct {
 	// StoreLatency is how long the store call behind the event took, when
 	// there was one.
 	StoreLatency time.Duration
-	// Err is the store's error for EventStoreError and EventOwnershipLost.
+	// Err is the store's error for EventStoreError and EventOwnershipLost,
+	// and the invalid option's for EventRouteInvalid.
 	Err error
 }
 
@@ -92,14 +96,14 @@ type Event struct {
 // handler runs), which come from a timer's.
 type Observer func(r *http.Request, e Event)
 
-// SlogObserver returns an Observer that logs each event to l: store errors
-// and lost ownership at Warn, refusals (409, 422, 400, 413) at Info, the
+// SlogObserver returns an Observer that logs each event to l: store errors,
+// lost ownership and invalid routes at Warn, refusals (409, 422, 400, 413) at Info, the
 // rest at Debug. It logs the key digest, never the key or the body.
 func SlogObserver(l *slog.Logger) Observer {
 	return func(r *http.Request, e Event) {
 		level := slog.LevelDebug
 		switch e.Kind {
-		case EventStoreError, EventOwnershipLost, EventStoreFull:
+		case EventStoreError, EventOwnershipLost, EventStoreFull, EventRouteInvalid:
 			level = slog.LevelWarn
 		case EventInFlight, EventKeyReused, EventKeyMissing, EventKeyInvalid, EventRequestTooLarge, EventBodyUnreadable:
 			level = slog.LevelInfo

@@ -2,7 +2,6 @@ package middleware_test
 
 import (
 	"bytes"
-	"encoding/hex"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -27,8 +26,7 @@ func TestSlogObserverLogsDigestNeverKey(t *testing.T) {
 	if strings.Contains(out, key) || strings.Contains(out, "4242") {
 		t.Fatalf("log holds the key or body:\n%s", out)
 	}
-	d := store.Digest(scope.Anonymous, key)
-	digest := hex.EncodeToString(d[:])
+	digest := store.DigestOf(store.KeyName(scope.Anonymous, key))
 	for _, ev := range []string{"first_attempt", "kept", "replay", "key_reused"} {
 		if !strings.Contains(out, `"event":"`+ev+`"`) {
 			t.Errorf("no %s event in:\n%s", ev, out)

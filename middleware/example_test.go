@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/scope"
 	"github.com/idemkey/idemkey/store"
@@ -71,7 +72,9 @@ func Example_serveMux() {
 	// payments made: 1
 }
 
-func ExampleKeyFromContext() {
+// A handler reads the key of the request it serves from its context, with
+// idemkey.FromContext, and derives the keys of its own outbound calls.
+func Example_keyFromContext() {
 	st, err := memory.New()
 	if err != nil {
 		panic(err)
@@ -79,7 +82,7 @@ func ExampleKeyFromContext() {
 	defer st.Close()
 	idem, _ := middleware.New(st)
 	h := idem.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		k, _ := middleware.KeyFromContext(r.Context())
+		k, _ := idemkey.FromContext(r.Context())
 		// A key for the call to the bank, the same on every retry of this
 		// request, different for another call name.
 		fmt.Println(k.Scope, k.Value, len(k.Derive("bank.transfer")))

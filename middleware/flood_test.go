@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/scope"
 	"github.com/idemkey/idemkey/store"
@@ -44,7 +45,7 @@ func TestFloodOfFreshKeysNeverEvictsAKeptAnswer(t *testing.T) {
 	}
 	runs := h.runs.Load()
 	w := serve(mw.Required()(h), as("alice", post("pay-1", `{"amount":10}`)))
-	if w.Header().Get(middleware.HeaderReplayed) != "true" || h.runs.Load() != runs {
-		t.Fatalf("alice's retry after the flood: %d replayed %q; her payment ran again", w.Code, w.Header().Get(middleware.HeaderReplayed))
+	if w.Header().Get(idemkey.HeaderReplayed) != "true" || h.runs.Load() != runs {
+		t.Fatalf("alice's retry after the flood: %d replayed %q; her payment ran again", w.Code, w.Header().Get(idemkey.HeaderReplayed))
 	}
 }

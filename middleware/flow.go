@@ -24,6 +24,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
+	if h.invalid != nil {
+		m.refuse(w, r, Event{Kind: EventRouteInvalid, Err: h.invalid}, problemRouteInvalid, 0)
+		return
+	}
 	key, err := idemkey.ParseKey(r.Header[m.cfg.header])
 	switch err {
 	case nil:
@@ -461,7 +465,7 @@ func (m *Middleware) releaseAbandoned(r *http.Request, skey, token, digest strin
 
 // refuse writes one of the middleware's problems and reports ev (when its
 // Kind is set), with the problem's status.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, ev Event, p Problem, retryAfter int) {
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, ev Event, p idemkey.Problem, retryAfter int) {
 	p.RetryAfter = retryAfter
 	if ev.Kind != 0 {
 		if ev.Status == 0 {

@@ -7,42 +7,31 @@ import (
 	"github.com/idemkey/idemkey"
 )
 
-// Response headers the middleware sets (the names live in package idemkey).
-const (
-	// HeaderReplayed is "true" on every replayed response.
-	HeaderReplayed = idemkey.HeaderReplayed
-	// HeaderBodyOmitted is "true" on a replay whose body was not kept: it
-	// was streamed, or larger than the capture limit.
-	HeaderBodyOmitted = idemkey.HeaderBodyOmitted
-	// HeaderRequestID carries the id of the request a response answers.
-	HeaderRequestID = idemkey.HeaderRequestID
-)
-
 // neverKept lists, by canonical name, the headers DefaultKeepHeader refuses:
 // hop-by-hop headers, per-response headers and trace context.
 var neverKept = map[string]bool{
-	"Connection":            true,
-	"Keep-Alive":            true,
-	"Proxy-Authenticate":    true,
-	"Proxy-Authorization":   true,
-	"Proxy-Connection":      true,
-	"Te":                    true,
-	"Trailer":               true,
-	"Transfer-Encoding":     true,
-	"Upgrade":               true,
-	"Set-Cookie":            true,
-	"Date":                  true,
-	"Content-Length":        true,
-	"X-Request-Id":          true,
-	"Traceparent":           true,
-	"Tracestate":            true,
-	"Baggage":               true,
-	"Uber-Trace-Id":         true,
-	"X-Amzn-Trace-Id":       true,
-	"X-Cloud-Trace-Context": true,
-	"Server-Timing":         true,
-	HeaderReplayed:          true,
-	HeaderBodyOmitted:       true,
+	"Connection":              true,
+	"Keep-Alive":              true,
+	"Proxy-Authenticate":      true,
+	"Proxy-Authorization":     true,
+	"Proxy-Connection":        true,
+	"Te":                      true,
+	"Trailer":                 true,
+	"Transfer-Encoding":       true,
+	"Upgrade":                 true,
+	"Set-Cookie":              true,
+	"Date":                    true,
+	"Content-Length":          true,
+	"X-Request-Id":            true,
+	"Traceparent":             true,
+	"Tracestate":              true,
+	"Baggage":                 true,
+	"Uber-Trace-Id":           true,
+	"X-Amzn-Trace-Id":         true,
+	"X-Cloud-Trace-Context":   true,
+	"Server-Timing":           true,
+	idemkey.HeaderReplayed:    true,
+	idemkey.HeaderBodyOmitted: true,
 }
 
 // DefaultKeepHeader reports whether a response header, by canonical name, is

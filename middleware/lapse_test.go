@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/store/memory"
 )
@@ -104,10 +105,10 @@ func TestStalledReaderNeverLetsTheKeyRunTwice(t *testing.T) {
 	if runs.Load() != 1 {
 		t.Fatalf("the handler ran %d times for one key", runs.Load())
 	}
-	if retry.StatusCode != http.StatusOK || retry.Header.Get(middleware.HeaderReplayed) != "true" ||
-		retry.Header.Get(middleware.HeaderBodyOmitted) != "true" || retry.Header.Get("Content-Type") != "text/csv" || body != "" {
+	if retry.StatusCode != http.StatusOK || retry.Header.Get(idemkey.HeaderReplayed) != "true" ||
+		retry.Header.Get(idemkey.HeaderBodyOmitted) != "true" || retry.Header.Get("Content-Type") != "text/csv" || body != "" {
 		t.Fatalf("retry: %d replayed %q omitted %q type %q body %d bytes", retry.StatusCode,
-			retry.Header.Get(middleware.HeaderReplayed), retry.Header.Get(middleware.HeaderBodyOmitted), retry.Header.Get("Content-Type"), len(body))
+			retry.Header.Get(idemkey.HeaderReplayed), retry.Header.Get(idemkey.HeaderBodyOmitted), retry.Header.Get("Content-Type"), len(body))
 	}
 }
 
@@ -142,8 +143,8 @@ func TestSlowHandlerKeepsItsKey(t *testing.T) {
 		if first := <-done; first.Code != http.StatusCreated {
 			t.Fatalf("first: %d", first.Code)
 		}
-		if w := serve(h, post("slow", `{}`)); w.Header().Get(middleware.HeaderReplayed) != "true" || runs.Load() != 1 {
-			t.Fatalf("after: %d replayed %q, runs %d", w.Code, w.Header().Get(middleware.HeaderReplayed), runs.Load())
+		if w := serve(h, post("slow", `{}`)); w.Header().Get(idemkey.HeaderReplayed) != "true" || runs.Load() != 1 {
+			t.Fatalf("after: %d replayed %q, runs %d", w.Code, w.Header().Get(idemkey.HeaderReplayed), runs.Load())
 		}
 		if events.has(middleware.EventOwnershipLost) {
 			t.Fatalf("ownership lost: %v", events.kinds())

@@ -18,8 +18,9 @@
 //   - the store failed or is full: 503 unavailable with Retry-After, and the
 //     handler does not run.
 //
-// Errors the middleware writes itself are RFC 9457 problem+json with a
-// machine-readable code; see ProblemFor. Every decision is reported to the
+// Errors the middleware writes itself are RFC 9457 problem+json
+// (idemkey.Problem) with a machine-readable code (the Code constants here
+// and in package idemkey). Every decision is reported to the
 // observers (WithObserver) as an Event.
 //
 // In package code the import is usually given a name, since chi's own
@@ -91,9 +92,12 @@ package middleware
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
+	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/describe"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -144,17 +148,29 @@ type Route struct {
 	Deadline time.Duration
 }
 
-// A RouteOption configures one route.
-type RouteOption func(*Route)
+// A RouteOption configures one route: give it to Required or Optional.
+// Deadline makes one. An invalid option (a deadline that is not positive)
+// never panics: the route built with it answers every covered request 500
+// route_invalid without running the handler or touching the store, and
+// reports EventRouteInvalid with the option's error, so the mistake shows
+// on the first request and in the logs, and no request runs unprotected.
+// Required and Optional keep the shape chi's With and plain nesting take.
+type RouteOption struct {
+	apply func(*Route) error
+}
 
-// Deadline sets the route's deadline. It panics if d is not positive: a
-// route's configuration is written in code, so a bad one is a programming
-// error found at start-up.
+// Deadline sets the route's deadline: the handler's context ends d after
+// the claim, and the claim lives d plus ClaimMargin. It replaces the
+// default of WithDeadline for this route. A d that is not positive makes
+// the option invalid (see RouteOption).
 func Deadline(d time.Duration) RouteOption {
-	if d <= 0 {
-		panic("idemkey: middleware: route deadline must be positive")
-	}
-	return func(r *Route) { r.Deadline = d }
+	return RouteOption{apply: func(r *Route) error {
+		if d <= 0 {
+			return fmt.Errorf("idemkey: middleware: Deadline(%v): the deadline must be positive", d)
+		}
+		r.Deadline = d
+		return nil
+	}}
 }
 
 // Handler wraps next with the default route: key optional, the deadline
@@ -177,43 +193,68 @@ func (m *Middleware) Optional(opts ...RouteOption) func(http.Handler) http.Handl
 
 func (m *Middleware) route(required bool, opts []RouteOption) func(http.Handler) http.Handler {
 	rt := Route{Required: required, Deadline: m.cfg.deadline}
-	for _, o := range opts {
-		o(&rt)
+	var errs []error
+	for i, o := range opts {
+		if o.apply == nil {
+			errs = append(errs, fmt.Errorf("idemkey: middleware: route option %d is the zero RouteOption", i+1))
+			continue
+		}
+		if err := o.apply(&rt); err != nil {
+			errs = append(errs, err)
+		}
 	}
+	err := errors.Join(errs...)
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic("idemkey: middleware: nil handler")
 		}
-		return &handler{m: m, route: rt, next: next}
+		return &handler{m: m, route: rt, invalid: err, next: next}
 	}
 }
 
-// RouteOf returns the idempotency configuration of a handler that m made
-// with Handler, Required or Optional, and whether h is one. A handler made
-// by another Middleware is not m's: each describes its own routes (with its
-// own header name), for documentation such as OpenAPI output.
-func (m *Middleware) RouteOf(h http.Handler) (Route, bool) {
+// routeOf returns the configuration of a handler that m made with Handler,
+// Required or Optional, the error of its invalid options, and whether h is
+// one. A handler made by another Middleware is not m's: each describes its
+// own routes (with its own header name).
+func (m *Middleware) routeOf(h http.Handler) (Route, error, bool) {
 	if h, ok := h.(*handler); ok && h.m == m {
-		return h.route, true
+		return h.route, h.invalid, true
 	}
-	return Route{}, false
+	return Route{}, nil, false
 }
 
-// Covers reports whether requests with method are covered.
-func (m *Middleware) Covers(method string) bool { return m.cfg.covers(method) }
-
-// HeaderName returns the canonical name of the key header.
-func (m *Middleware) HeaderName() string { return m.cfg.header }
-
-// Retention returns how long a kept response is replayed.
-func (m *Middleware) Retention() time.Duration { return m.cfg.retention }
+func init() {
+	describe.Of = func(v any) (describe.Middleware, bool) {
+		m, ok := v.(*Middleware)
+		if !ok || m == nil {
+			return describe.Middleware{}, false
+		}
+		return describe.Middleware{
+			Header: m.cfg.header,
+			Covers: m.cfg.covers,
+			RouteOf: func(h http.Handler) (describe.Route, bool) {
+				rt, err, ok := m.routeOf(h)
+				return describe.Route{Required: rt.Required, Deadline: rt.Deadline, Err: err}, ok
+			},
+		}, true
+	}
+	describe.Problems = func() []idemkey.Problem {
+		codes := problemCodes()
+		ps := make([]idemkey.Problem, len(codes))
+		for i, c := range codes {
+			ps[i] = problems[c]
+		}
+		return ps
+	}
+}
 
 // handler is one route: the middleware and route configuration around the
 // next handler, with the route's running estimate of how long a first run
 // takes (for Retry-After hints).
 type handler struct {
-	m     *Middleware
-	route Route
-	next  http.Handler
-	runs  runTimes
+	m       *Middleware
+	route   Route
+	invalid error // of the route's invalid options: every covered request gets 500
+	next    http.Handler
+	runs    runTimes
 }

@@ -124,8 +124,8 @@ func TestTransientClientErrorsAreReleased(t *testing.T) {
 			mw := f.mw.Required()(h)
 			for i := range 2 {
 				w := serve(mw, post("key-1", `{"amount":10}`))
-				if w.Code != status || w.Header().Get(middleware.HeaderReplayed) != "" {
-					t.Fatalf("try %d: %d, replayed %q; want %d, a run", i+1, w.Code, w.Header().Get(middleware.HeaderReplayed), status)
+				if w.Code != status || w.Header().Get(idemkey.HeaderReplayed) != "" {
+					t.Fatalf("try %d: %d, replayed %q; want %d, a run", i+1, w.Code, w.Header().Get(idemkey.HeaderReplayed), status)
 				}
 			}
 			if h.runs.Load() != 2 || !f.events.has(middleware.EventReleased) {
@@ -136,8 +136,8 @@ func TestTransientClientErrorsAreReleased(t *testing.T) {
 	f := newFixture(t, middleware.WithKeep(func(s int) bool { return s < 500 }))
 	h := &counter{status: http.StatusTooManyRequests}
 	serve(f.mw.Required()(h), post("k", `{}`))
-	if w := serve(f.mw.Required()(h), post("k", `{}`)); w.Header().Get(middleware.HeaderReplayed) != "true" || h.runs.Load() != 1 {
-		t.Fatalf("WithKeep keeping 429: replayed %q, runs %d", w.Header().Get(middleware.HeaderReplayed), h.runs.Load())
+	if w := serve(f.mw.Required()(h), post("k", `{}`)); w.Header().Get(idemkey.HeaderReplayed) != "true" || h.runs.Load() != 1 {
+		t.Fatalf("WithKeep keeping 429: replayed %q, runs %d", w.Header().Get(idemkey.HeaderReplayed), h.runs.Load())
 	}
 }
 
@@ -152,7 +152,7 @@ func TestFirstRunThenByteIdenticalReplay(t *testing.T) {
 			if first.Code != status {
 				t.Fatalf("first: %d", first.Code)
 			}
-			if first.Header().Get(middleware.HeaderReplayed) != "" {
+			if first.Header().Get(idemkey.HeaderReplayed) != "" {
 				t.Fatal("first response marked replayed")
 			}
 			// The same request, key order and whitespace aside.
@@ -170,7 +170,7 @@ func TestFirstRunThenByteIdenticalReplay(t *testing.T) {
 					t.Errorf("header %s: replay %q first %q", k, second.Header().Get(k), first.Header().Get(k))
 				}
 			}
-			if got := second.Header().Get(middleware.HeaderReplayed); got != "true" {
+			if got := second.Header().Get(idemkey.HeaderReplayed); got != "true" {
 				t.Errorf("Idempotent-Replayed %q", got)
 			}
 			if got := second.Header().Get("X-Request-Id"); got != "repeat-7" {
@@ -206,8 +206,8 @@ func TestQuotedAndBareKeysAreTheSameKey(t *testing.T) {
 	mw := f.mw.Required()(h)
 	serve(mw, post("abc", `{}`))
 	w := serve(mw, post(`"abc"`, `{}`))
-	if h.runs.Load() != 1 || w.Header().Get(middleware.HeaderReplayed) != "true" {
-		t.Fatalf("runs %d replayed %q", h.runs.Load(), w.Header().Get(middleware.HeaderReplayed))
+	if h.runs.Load() != 1 || w.Header().Get(idemkey.HeaderReplayed) != "true" {
+		t.Fatalf("runs %d replayed %q", h.runs.Load(), w.Header().Get(idemkey.HeaderReplayed))
 	}
 }
 
@@ -279,8 +279,8 @@ func TestWaitReplaysTheFirstAnswer(t *testing.T) {
 	}
 	close(h.release)
 	w := <-repeat
-	if w.Code != http.StatusCreated || w.Header().Get(middleware.HeaderReplayed) != "true" || h.runs.Load() != 1 {
-		t.Fatalf("repeat %d replayed=%q runs=%d", w.Code, w.Header().Get(middleware.HeaderReplayed), h.runs.Load())
+	if w.Code != http.StatusCreated || w.Header().Get(idemkey.HeaderReplayed) != "true" || h.runs.Load() != 1 {
+		t.Fatalf("repeat %d replayed=%q runs=%d", w.Code, w.Header().Get(idemkey.HeaderReplayed), h.runs.Load())
 	}
 }
 
@@ -290,8 +290,8 @@ func TestServerErrorsReleaseAndRunAgain(t *testing.T) {
 	mw := f.mw.Required()(h)
 	for i := 1; i <= 3; i++ {
 		w := serve(mw, post("k", `{}`))
-		if w.Code != 500 || w.Header().Get(middleware.HeaderReplayed) != "" {
-			t.Fatalf("try %d: %d replayed=%q", i, w.Code, w.Header().Get(middleware.HeaderReplayed))
+		if w.Code != 500 || w.Header().Get(idemkey.HeaderReplayed) != "" {
+			t.Fatalf("try %d: %d replayed=%q", i, w.Code, w.Header().Get(idemkey.HeaderReplayed))
 		}
 	}
 	if h.runs.Load() != 3 || f.store.releases.Load() != 3 || f.store.completes.Load() != 0 {
@@ -304,8 +304,8 @@ func TestServerErrorsReleaseAndRunAgain(t *testing.T) {
 	h.status = http.StatusOK
 	serve(mw, post("k", `{}`))
 	w := serve(mw, post("k", `{}`))
-	if w.Header().Get(middleware.HeaderReplayed) != "true" || h.runs.Load() != 4 {
-		t.Fatalf("after success: replayed=%q runs=%d", w.Header().Get(middleware.HeaderReplayed), h.runs.Load())
+	if w.Header().Get(idemkey.HeaderReplayed) != "true" || h.runs.Load() != 4 {
+		t.Fatalf("after success: replayed=%q runs=%d", w.Header().Get(idemkey.HeaderReplayed), h.runs.Load())
 	}
 }
 
@@ -358,17 +358,17 @@ func TestRequestTooLargeBeforeAnyStoreCall(t *testing.T) {
 	mw := f.mw.Required()(h)
 	big := strings.Repeat("x", 17)
 
-	wantProblem(t, serve(mw, post("k", big)), http.StatusRequestEntityTooLarge, middleware.CodeRequestTooLarge)
+	wantProblem(t, serve(mw, post("k", big)), http.StatusRequestEntityTooLarge, idemkey.CodeRequestTooLarge)
 	// Without a Content-Length (chunked), found while reading.
 	r := post("k", big)
 	r.ContentLength = -1
 	r.Body = io.NopCloser(strings.NewReader(big))
-	wantProblem(t, serve(mw, r), http.StatusRequestEntityTooLarge, middleware.CodeRequestTooLarge)
+	wantProblem(t, serve(mw, r), http.StatusRequestEntityTooLarge, idemkey.CodeRequestTooLarge)
 	// An outer http.MaxBytesReader's refusal is a 413 too.
 	r = post("k", big)
 	r.ContentLength = -1
 	r.Body = http.MaxBytesReader(httptest.NewRecorder(), io.NopCloser(strings.NewReader(big)), 8)
-	wantProblem(t, serve(mw, r), http.StatusRequestEntityTooLarge, middleware.CodeRequestTooLarge)
+	wantProblem(t, serve(mw, r), http.StatusRequestEntityTooLarge, idemkey.CodeRequestTooLarge)
 	if f.store.calls() != 0 || h.runs.Load() != 0 {
 		t.Fatalf("store calls %d runs %d", f.store.calls(), h.runs.Load())
 	}
@@ -400,7 +400,7 @@ func TestOversizeResponseKeptWithoutBodyAndNeverRerun(t *testing.T) {
 		t.Fatalf("handler ran %d times", runs)
 	}
 	if second.Code != http.StatusCreated || second.Body.Len() != 0 ||
-		second.Header().Get(middleware.HeaderBodyOmitted) != "true" || second.Header().Get("X-Kind") != "export" ||
+		second.Header().Get(idemkey.HeaderBodyOmitted) != "true" || second.Header().Get("X-Kind") != "export" ||
 		second.Header().Get("Content-Length") != "0" {
 		t.Fatalf("replay: %d %q %v", second.Code, second.Body, second.Header())
 	}
@@ -456,7 +456,7 @@ func TestHandlerThatWritesNothingIsKeptAs200(t *testing.T) {
 	runs := 0
 	mw := f.mw.Required()(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { runs++ }))
 	a, b := serve(mw, post("k", `{}`)), serve(mw, post("k", `{}`))
-	if a.Code != 200 || b.Code != 200 || runs != 1 || b.Header().Get(middleware.HeaderReplayed) != "true" {
+	if a.Code != 200 || b.Code != 200 || runs != 1 || b.Header().Get(idemkey.HeaderReplayed) != "true" {
 		t.Fatalf("%d %d runs %d", a.Code, b.Code, runs)
 	}
 }
@@ -695,8 +695,8 @@ func (p *ttlProbe) Complete(ctx context.Context, key, token string, rec *store.R
 }
 
 func TestCustomErrorWriter(t *testing.T) {
-	var got middleware.Problem
-	f := newFixture(t, middleware.WithErrorWriter(func(w http.ResponseWriter, r *http.Request, p middleware.Problem) {
+	var got idemkey.Problem
+	f := newFixture(t, middleware.WithErrorWriter(func(w http.ResponseWriter, r *http.Request, p idemkey.Problem) {
 		got = p
 		w.WriteHeader(p.Status)
 	}))
@@ -710,7 +710,7 @@ func TestProblemsTable(t *testing.T) {
 	want := map[string]int{
 		"idempotency_key_missing": 400, "idempotency_key_invalid": 400, "request_too_large": 413,
 		"request_body_unreadable": 400, "idempotency_key_reused": 422, "conflict": 409, "unavailable": 503,
-		"scope_missing": 500,
+		"scope_missing": 500, "route_invalid": 500,
 	}
 	for code, status := range want {
 		if p, ok := middleware.ProblemFor(code); !ok || p.Status != status || p.Code != code {
@@ -764,7 +764,7 @@ func TestLocalCacheServesReplaysWithoutTheStore(t *testing.T) {
 	claims := f.store.claims.Load()
 	for range 3 {
 		w := serve(mw, post("k", `{"a":1}`))
-		if w.Body.String() != first.Body.String() || w.Header().Get(middleware.HeaderReplayed) != "true" {
+		if w.Body.String() != first.Body.String() || w.Header().Get(idemkey.HeaderReplayed) != "true" {
 			t.Fatalf("cached replay %d %q", w.Code, w.Body)
 		}
 	}
@@ -898,5 +898,44 @@ func TestFailOpenNeverRunsARepeatItSawInFlight(t *testing.T) {
 	}
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the handler ran %d times for one key, want 1", n)
+	}
+}
+
+// TestInvalidDeadline: a route deadline that is not positive never panics;
+// the route it makes answers every covered request 500 route_invalid,
+// reports EventRouteInvalid with the error, and runs neither the handler
+// nor a store call. Requests it does not cover pass through.
+func TestInvalidDeadline(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		f := newFixture(t)
+		c := &counter{}
+		h := f.mw.Required(middleware.Deadline(d))(c)
+		for _, r := range []*http.Request{post("k", `{}`), post("", `{}`)} {
+			w := serve(h, r)
+			var p idemkey.Problem
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusInternalServerError || p.Code != middleware.CodeRouteInvalid {
+				t.Errorf("deadline %v: answer %d %s, want 500 %s", d, w.Code, w.Body, middleware.CodeRouteInvalid)
+			}
+		}
+		if n := c.runs.Load(); n != 0 || f.store.calls() != 0 {
+			t.Errorf("deadline %v: %d runs, %d store calls; want none", d, n, f.store.calls())
+		}
+		var got error
+		for _, e := range f.events.events {
+			if e.Kind == middleware.EventRouteInvalid {
+				got = e.Err
+			}
+		}
+		if got == nil || !strings.Contains(got.Error(), "Deadline") {
+			t.Errorf("deadline %v: event error %v, want one naming Deadline", d, got)
+		}
+		if w := serve(h, httptest.NewRequest(http.MethodGet, "/payments", nil)); w.Code != http.StatusCreated || c.runs.Load() != 1 {
+			t.Errorf("deadline %v: a GET got %d", d, w.Code)
+		}
+	}
+	// The zero RouteOption is invalid too.
+	f := newFixture(t)
+	if w := serve(f.mw.Optional(middleware.RouteOption{})(&counter{}), post("k", `{}`)); w.Code != http.StatusInternalServerError {
+		t.Errorf("zero RouteOption: %d", w.Code)
 	}
 }

@@ -5,17 +5,19 @@ import (
 	"fmt"
 	"net/http"
 	"net/textproto"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/fingerprint"
+	"github.com/idemkey/idemkey/internal/headername"
 	"github.com/idemkey/idemkey/internal/option"
 	"github.com/idemkey/idemkey/scope"
 )
 
 // Defaults. Each option's doc comment says which one it replaces.
 const (
-	DefaultHeader          = idemkey.Header
 	DefaultDeadline        = 30 * time.Second
 	DefaultRetention       = 24 * time.Hour
 	DefaultMaxRequestBody  = 1 << 20
@@ -56,7 +58,7 @@ type config struct {
 	cacheSize       int
 	cacheTTL        time.Duration
 	// defaultFingerprint: fingerprint is fingerprint.Default (no
-	// WithFingerprint), whose inputs fingerprint.RawDigest covers.
+	// WithFingerprint), whose inputs the raw digest (internal/rawdigest) covers.
 	defaultFingerprint bool
 }
 
@@ -64,8 +66,8 @@ type config struct {
 // Default: "Idempotency-Key".
 func WithHeader(name string) Option {
 	return func(c *config) error {
-		if !idemkey.ValidHeaderName(name) {
-			return fmt.Errorf("header name %q is not a valid header field name", name)
+		if !headername.Valid(name) {
+			return fmt.Errorf("WithHeader(%q): not a valid header name", name)
 		}
 		c.header = textproto.CanonicalMIMEHeaderKey(name)
 		return nil
@@ -79,12 +81,12 @@ func WithHeader(name string) Option {
 func WithMethods(methods ...string) Option {
 	return func(c *config) error {
 		if len(methods) == 0 {
-			return errors.New("no methods given")
+			return errors.New("WithMethods(): no methods given")
 		}
 		set := make(map[string]bool, len(methods))
 		for _, m := range methods {
 			if m == "" || idemkey.Safe(m) {
-				return fmt.Errorf("method %q cannot be covered", m)
+				return fmt.Errorf("WithMethods(%s): %q cannot be covered (empty, or a safe method)", quoted(methods), m)
 			}
 			set[m] = true
 		}
@@ -103,7 +105,7 @@ func WithMethods(methods ...string) Option {
 func WithScope(f scope.Func) Option {
 	return func(c *config) error {
 		if f == nil {
-			return errors.New("nil scope function")
+			return errors.New("WithScope(nil): the function must not be nil")
 		}
 		c.scope = f
 		return nil
@@ -118,7 +120,7 @@ func WithScope(f scope.Func) Option {
 func WithFingerprint(f fingerprint.Func) Option {
 	return func(c *config) error {
 		if f == nil {
-			return errors.New("nil fingerprint function")
+			return errors.New("WithFingerprint(nil): the function must not be nil")
 		}
 		c.fingerprint = f
 		return nil
@@ -132,7 +134,7 @@ func WithFingerprint(f fingerprint.Func) Option {
 func WithDeadline(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("deadline %v is not positive", d)
+			return fmt.Errorf("WithDeadline(%v): the deadline must be positive", d)
 		}
 		c.deadline = d
 		return nil
@@ -144,7 +146,7 @@ func WithDeadline(d time.Duration) Option {
 func WithRetention(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("retention %v is not positive", d)
+			return fmt.Errorf("WithRetention(%v): the retention must be positive", d)
 		}
 		c.retention = d
 		return nil
@@ -158,7 +160,7 @@ func WithRetention(d time.Duration) Option {
 func WithMaxRequestBody(n int64) Option {
 	return func(c *config) error {
 		if n <= 0 {
-			return fmt.Errorf("max request body %d is not positive", n)
+			return fmt.Errorf("WithMaxRequestBody(%d): the limit must be positive", n)
 		}
 		c.maxRequestBody = n
 		return nil
@@ -177,7 +179,7 @@ func WithMaxRequestBody(n int64) Option {
 func WithBodyTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("body timeout %v is not positive", d)
+			return fmt.Errorf("WithBodyTimeout(%v): the timeout must be positive", d)
 		}
 		c.bodyTimeout = d
 		return nil
@@ -190,7 +192,7 @@ func WithBodyTimeout(d time.Duration) Option {
 func WithMaxResponseBody(n int) Option {
 	return func(c *config) error {
 		if n < 0 {
-			return fmt.Errorf("max response body %d is negative", n)
+			return fmt.Errorf("WithMaxResponseBody(%d): the limit must not be negative", n)
 		}
 		c.maxResponseBody = n
 		return nil
@@ -205,7 +207,7 @@ func WithMaxResponseBody(n int) Option {
 func WithStoreTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
-			return fmt.Errorf("store timeout %v is negative", d)
+			return fmt.Errorf("WithStoreTimeout(%v): the timeout must not be negative", d)
 		}
 		c.storeTimeout = d
 		return nil
@@ -220,7 +222,7 @@ func WithStoreTimeout(d time.Duration) Option {
 func WithWait(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
-			return fmt.Errorf("wait %v is negative", d)
+			return fmt.Errorf("WithWait(%v): the wait must not be negative", d)
 		}
 		c.wait = d
 		return nil
@@ -233,7 +235,7 @@ func WithWait(d time.Duration) Option {
 func WithKeep(keep func(status int) bool) Option {
 	return func(c *config) error {
 		if keep == nil {
-			return errors.New("nil keep function")
+			return errors.New("WithKeep(nil): the function must not be nil")
 		}
 		c.keep = keep
 		return nil
@@ -260,7 +262,7 @@ func DefaultKeep(status int) bool {
 func WithKeepHeader(keep func(name string) bool) Option {
 	return func(c *config) error {
 		if keep == nil {
-			return errors.New("nil keep-header function")
+			return errors.New("WithKeepHeader(nil): the function must not be nil")
 		}
 		c.keepHeader = keep
 		return nil
@@ -274,7 +276,7 @@ func WithKeepHeader(keep func(name string) bool) Option {
 func WithObserver(o Observer) Option {
 	return func(c *config) error {
 		if o == nil {
-			return errors.New("nil observer")
+			return errors.New("WithObserver(nil): the observer must not be nil")
 		}
 		c.observers = append(c.observers, o)
 		return nil
@@ -290,7 +292,7 @@ func WithObserver(o Observer) Option {
 func WithRouteName(f func(*http.Request) string) Option {
 	return func(c *config) error {
 		if f == nil {
-			return errors.New("nil route name function")
+			return errors.New("WithRouteName(nil): the function must not be nil")
 		}
 		c.routeName = f
 		return nil
@@ -302,7 +304,7 @@ func WithRouteName(f func(*http.Request) string) Option {
 func WithErrorWriter(w ErrorWriter) Option {
 	return func(c *config) error {
 		if w == nil {
-			return errors.New("nil error writer")
+			return errors.New("WithErrorWriter(nil): the error writer must not be nil")
 		}
 		c.errorWriter = w
 		return nil
@@ -337,17 +339,16 @@ func WithoutNewRequestID() Option {
 }
 
 // WithLocalCache keeps up to size completed records in process memory for
-// up to ttl (never past CacheSkewMargin, a minute, before the end of a
-// record's retention, so that clocks up to a minute apart never replay a
-// record the store has dropped), so that replays of them make no store
-// round trip. Completed records never change, so instances that
-// each cache them stay correct; a record deleted from the store by hand
+// up to ttl (never past a minute before the end of a record's retention,
+// so that clocks up to a minute apart never replay a record the store has
+// dropped), so that replays of them make no store round trip. Completed
+// records never change, so instances that each cache them stay correct; a record deleted from the store by hand
 // goes on being replayed from caches until their entries lapse. Default:
 // off.
 func WithLocalCache(size int, ttl time.Duration) Option {
 	return func(c *config) error {
 		if size <= 0 || ttl <= 0 {
-			return fmt.Errorf("local cache size %d and ttl %v must be positive", size, ttl)
+			return fmt.Errorf("WithLocalCache(%d, %v): the size and the ttl must be positive", size, ttl)
 		}
 		c.cacheSize, c.cacheTTL = size, ttl
 		return nil
@@ -360,7 +361,7 @@ func newConfig(opts []Option) (*config, error) {
 		return nil, err
 	}
 	if c.header == "" {
-		c.header = DefaultHeader
+		c.header = idemkey.Header
 	}
 	if c.covers == nil {
 		c.covers = idemkey.Mutation
@@ -397,4 +398,13 @@ func newConfig(opts []Option) (*config, error) {
 		c.errorWriter = WriteProblem
 	}
 	return c, nil
+}
+
+// quoted lists methods as a call to WithMethods shows them: "POST", "GET".
+func quoted(methods []string) string {
+	q := make([]string, len(methods))
+	for i, m := range methods {
+		q[i] = strconv.Quote(m)
+	}
+	return strings.Join(q, ", ")
 }

@@ -7,39 +7,40 @@ import (
 	"slices"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/problem"
 )
 
-// Problem is an error response the middleware writes itself, as an RFC
-// 9457 problem details object with a machine-readable Code (the type the
-// gateway uses too). Detail never echoes the key, the body or an internal
-// error.
-type Problem = idemkey.Problem
-
-// The codes of the middleware's problems.
+// The codes of the middleware's own problems. It answers with
+// idemkey.CodeRequestTooLarge (413) and idemkey.CodeBodyUnreadable (400)
+// as well, the codes it shares with the gateway. Every problem is an
+// idemkey.Problem, whose type URI is idemkey.ProblemTypePrefix and the code.
 const (
-	CodeKeyMissing      = "idempotency_key_missing"
-	CodeKeyInvalid      = "idempotency_key_invalid"
-	CodeRequestTooLarge = idemkey.CodeRequestTooLarge
-	CodeBodyUnreadable  = idemkey.CodeBodyUnreadable
-	CodeKeyReused       = "idempotency_key_reused"
-	CodeConflict        = "conflict"
-	CodeUnavailable     = "unavailable"
-)
+	CodeKeyMissing  = "idempotency_key_missing"
+	CodeKeyInvalid  = "idempotency_key_invalid"
+	CodeKeyReused   = "idempotency_key_reused"
+	CodeConflict    = "conflict"
+	CodeUnavailable = "unavailable"
 
-// ProblemTypePrefix starts the type URI of every problem; the code follows.
-const ProblemTypePrefix = idemkey.ProblemTypePrefix
+	// The 500s, for configuration errors. CodeScopeMissing: the scope
+	// function (WithScope) named no scope for a request (it returned "").
+	// CodeRouteInvalid: the route was built with an invalid RouteOption
+	// (a Deadline that is not positive).
+	CodeScopeMissing = "scope_missing"
+	CodeRouteInvalid = "route_invalid"
+)
 
 // problems lists every problem the middleware can answer with, keyed by
 // code (RetryAfter is filled per response).
-var problems = map[string]Problem{
-	CodeKeyMissing:      newProblem(CodeKeyMissing, http.StatusBadRequest, "Idempotency key missing", "This operation requires an idempotency key header."),
-	CodeKeyInvalid:      newProblem(CodeKeyInvalid, http.StatusBadRequest, "Idempotency key invalid", fmt.Sprintf("The idempotency key must be sent once, as 1 to %d printable ASCII characters, bare (without commas or double quotes) or as a quoted string.", idemkey.MaxKeyLength)),
-	CodeRequestTooLarge: newProblem(CodeRequestTooLarge, http.StatusRequestEntityTooLarge, "Request too large", "The request body is larger than this operation accepts."),
-	CodeBodyUnreadable:  newProblem(CodeBodyUnreadable, http.StatusBadRequest, "Request body unreadable", "The request body could not be read in full."),
-	CodeKeyReused:       newProblem(CodeKeyReused, http.StatusUnprocessableEntity, "Idempotency key reused", "This idempotency key was already used with a different request."),
-	CodeConflict:        newProblem(CodeConflict, http.StatusConflict, "Request in progress", "A request with this idempotency key is still being processed; retry after the delay in Retry-After."),
-	CodeUnavailable:     newProblem(CodeUnavailable, http.StatusServiceUnavailable, "Idempotency store unavailable", "The request was not processed: the service could not reach its idempotency store in time. Retry after the delay in Retry-After."),
-	CodeScopeMissing:    newProblem(CodeScopeMissing, http.StatusInternalServerError, "Caller scope missing", "The request was not processed because the service could not tell whose idempotency keys it uses."),
+var problems = map[string]idemkey.Problem{
+	CodeKeyMissing:              newProblem(CodeKeyMissing, http.StatusBadRequest, "Idempotency key missing", "This operation requires an idempotency key header."),
+	CodeKeyInvalid:              newProblem(CodeKeyInvalid, http.StatusBadRequest, "Idempotency key invalid", fmt.Sprintf("The idempotency key must be sent once, as 1 to %d printable ASCII characters, bare (without commas or double quotes) or as a quoted string.", idemkey.MaxKeyLength)),
+	idemkey.CodeRequestTooLarge: newProblem(idemkey.CodeRequestTooLarge, http.StatusRequestEntityTooLarge, "Request too large", "The request body is larger than this operation accepts."),
+	idemkey.CodeBodyUnreadable:  newProblem(idemkey.CodeBodyUnreadable, http.StatusBadRequest, "Request body unreadable", "The request body could not be read in full."),
+	CodeKeyReused:               newProblem(CodeKeyReused, http.StatusUnprocessableEntity, "Idempotency key reused", "This idempotency key was already used with a different request."),
+	CodeConflict:                newProblem(CodeConflict, http.StatusConflict, "Request in progress", "A request with this idempotency key is still being processed; retry after the delay in Retry-After."),
+	CodeUnavailable:             newProblem(CodeUnavailable, http.StatusServiceUnavailable, "Idempotency store unavailable", "The request was not processed: the service could not reach its idempotency store in time. Retry after the delay in Retry-After."),
+	CodeScopeMissing:            newProblem(CodeScopeMissing, http.StatusInternalServerError, "Caller scope missing", "The request was not processed because the service could not tell whose idempotency keys it uses."),
+	CodeRouteInvalid:            newProblem(CodeRouteInvalid, http.StatusInternalServerError, "Route misconfigured", "The request was not processed because the service configured this operation's idempotency wrongly."),
 }
 
 // The problems, one value each, for the flow to answer with: a misspelt
@@ -47,33 +48,34 @@ var problems = map[string]Problem{
 var (
 	problemKeyMissing      = problems[CodeKeyMissing]
 	problemKeyInvalid      = problems[CodeKeyInvalid]
-	problemRequestTooLarge = problems[CodeRequestTooLarge]
-	problemBodyUnreadable  = problems[CodeBodyUnreadable]
+	problemRequestTooLarge = problems[idemkey.CodeRequestTooLarge]
+	problemBodyUnreadable  = problems[idemkey.CodeBodyUnreadable]
 	problemKeyReused       = problems[CodeKeyReused]
 	problemConflict        = problems[CodeConflict]
 	problemUnavailable     = problems[CodeUnavailable]
 	problemScopeMissing    = problems[CodeScopeMissing]
+	problemRouteInvalid    = problems[CodeRouteInvalid]
 )
 
-// ProblemFor returns the problem the middleware answers with code, and
-// whether there is one. OpenAPI output and documentation describe them.
-func ProblemFor(code string) (Problem, bool) {
+// problemFor returns the problem the middleware answers with code, and
+// whether there is one (a copy: the table cannot be changed through it).
+func problemFor(code string) (idemkey.Problem, bool) {
 	p, ok := problems[code]
 	return p, ok
 }
 
-// ProblemCodes returns the codes of every problem the middleware can answer
-// with, sorted.
-func ProblemCodes() []string {
+// problemCodes returns the codes of every problem the middleware can
+// answer with, sorted.
+func problemCodes() []string {
 	return slices.Sorted(maps.Keys(problems))
 }
 
-func newProblem(code string, status int, title, detail string) Problem {
-	return idemkey.NewProblem(code, status, title, detail)
+func newProblem(code string, status int, title, detail string) idemkey.Problem {
+	return problem.New(code, status, title, detail)
 }
 
 // An ErrorWriter writes one of the middleware's problems as the response.
-type ErrorWriter func(w http.ResponseWriter, r *http.Request, p Problem)
+type ErrorWriter func(w http.ResponseWriter, r *http.Request, p idemkey.Problem)
 
 // problemBodies holds each default problem encoded once.
 var problemBodies = func() map[string][]byte {
@@ -86,15 +88,15 @@ var problemBodies = func() map[string][]byte {
 
 // WriteProblem is the default ErrorWriter: application/problem+json, with
 // Retry-After when p.RetryAfter is positive and Cache-Control: no-store.
-func WriteProblem(w http.ResponseWriter, _ *http.Request, p Problem) {
-	var body []byte // encoded by idemkey.WriteProblem, unless one of ours
+func WriteProblem(w http.ResponseWriter, _ *http.Request, p idemkey.Problem) {
+	var body []byte // encoded by problem.Write, unless one of ours
 	if withoutRetry(p) == problems[p.Code] {
 		body = problemBodies[p.Code]
 	}
-	idemkey.WriteProblem(w, p, body)
+	problem.Write(w, p, body)
 }
 
-func withoutRetry(p Problem) Problem {
+func withoutRetry(p idemkey.Problem) idemkey.Problem {
 	p.RetryAfter = 0
 	return p
 }

@@ -7,7 +7,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/idemkey/idemkey/fingerprint"
+	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/rawdigest"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -22,7 +23,7 @@ func (m *Middleware) cached(w http.ResponseWriter, r *http.Request, skey string,
 		m.completed(w, r, rec, m.cfg.fingerprint(r, body), ev)
 		return
 	}
-	d := fingerprint.RawDigest(r, body)
+	d := rawdigest.Of(r, body)
 	if hasRaw && d == raw {
 		m.replay(w, r, rec, ev)
 		return
@@ -70,12 +71,12 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, rec *store.R
 		h[name] = values[:1:1]
 		values = values[1:]
 	}
-	set(HeaderReplayed, "true")
+	set(idemkey.HeaderReplayed, "true")
 	if id != "" {
-		set(HeaderRequestID, id)
+		set(idemkey.HeaderRequestID, id)
 	}
 	if rec.BodyOmitted {
-		set(HeaderBodyOmitted, "true")
+		set(idemkey.HeaderBodyOmitted, "true")
 	}
 	if bodyAllowed(rec.Status) {
 		set("Content-Length", strconv.Itoa(len(rec.Body)))
@@ -104,7 +105,7 @@ func recordSize(rec *store.Record) int {
 // lives, so that setting it allocates nothing.
 func (m *Middleware) setRequestID(w http.ResponseWriter, r *http.Request, slot *[1]string) {
 	h := w.Header()
-	if len(h[HeaderRequestID]) > 0 {
+	if len(h[idemkey.HeaderRequestID]) > 0 {
 		return
 	}
 	id := m.requestID(w, r)
@@ -115,7 +116,7 @@ func (m *Middleware) setRequestID(w http.ResponseWriter, r *http.Request, slot *
 		slot = new([1]string)
 	}
 	slot[0] = id
-	h[HeaderRequestID] = slot[:]
+	h[idemkey.HeaderRequestID] = slot[:]
 }
 
 // requestID returns the id of the request a response answers: the one the
@@ -123,10 +124,10 @@ func (m *Middleware) setRequestID(w http.ResponseWriter, r *http.Request, slot *
 // request's own X-Request-Id when it is 1 to 200 visible ASCII characters,
 // else a new random UUID (or "" under WithoutNewRequestID).
 func (m *Middleware) requestID(w http.ResponseWriter, r *http.Request) string {
-	if v := w.Header()[HeaderRequestID]; len(v) > 0 && v[0] != "" {
+	if v := w.Header()[idemkey.HeaderRequestID]; len(v) > 0 && v[0] != "" {
 		return v[0]
 	}
-	if id := r.Header.Get(HeaderRequestID); saneRequestID(id) {
+	if id := r.Header.Get(idemkey.HeaderRequestID); saneRequestID(id) {
 		return id
 	}
 	if m.cfg.noNewRequestID {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/memory"
@@ -78,7 +79,7 @@ func TestBodyThatStopsArrivingIsRefused(t *testing.T) {
 		t.Fatalf("no answer to a stalled body: %v", err)
 	}
 	body := readAll(t, resp.Body)
-	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, middleware.CodeBodyUnreadable) {
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, idemkey.CodeBodyUnreadable) {
 		t.Fatalf("stalled body: %d %s", resp.StatusCode, body)
 	}
 	if f.store.calls() != 0 || !f.events.has(middleware.EventBodyUnreadable) {
@@ -92,12 +93,12 @@ func TestEveryKeyedResponseCarriesARequestID(t *testing.T) {
 	isUUID := func(s string) bool { _, err := uuid.Parse(s); return err == nil }
 
 	first := serve(h, post("k", `{}`))
-	firstID := first.Header().Get(middleware.HeaderRequestID)
+	firstID := first.Header().Get(idemkey.HeaderRequestID)
 	if !isUUID(firstID) {
 		t.Fatalf("first run without an incoming id: X-Request-Id %q, want a fresh UUID", firstID)
 	}
 	replay := serve(h, post("k", `{}`))
-	if id := replay.Header().Get(middleware.HeaderRequestID); !isUUID(id) || id == firstID {
+	if id := replay.Header().Get(idemkey.HeaderRequestID); !isUUID(id) || id == firstID {
 		t.Fatalf("replay: X-Request-Id %q, want a fresh one, not the first run's %q", id, firstID)
 	}
 
@@ -112,9 +113,9 @@ func TestEveryKeyedResponseCarriesARequestID(t *testing.T) {
 		{"invalid", post("a,b", `{}`)},
 		{"missing", post("", `{}`)},
 	} {
-		tc.r.Header.Set(middleware.HeaderRequestID, "req-"+strings.ReplaceAll(tc.name, " ", "-"))
+		tc.r.Header.Set(idemkey.HeaderRequestID, "req-"+strings.ReplaceAll(tc.name, " ", "-"))
 		w := serve(h, tc.r)
-		if got := w.Header().Values(middleware.HeaderRequestID); len(got) != 1 || got[0] != "req-"+strings.ReplaceAll(tc.name, " ", "-") {
+		if got := w.Header().Values(idemkey.HeaderRequestID); len(got) != 1 || got[0] != "req-"+strings.ReplaceAll(tc.name, " ", "-") {
 			t.Errorf("%s (%d): X-Request-Id %q, want the request's own", tc.name, w.Code, got)
 		}
 	}
@@ -122,14 +123,14 @@ func TestEveryKeyedResponseCarriesARequestID(t *testing.T) {
 	// An id the service's request-id middleware set on the response wins.
 	setID := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set(middleware.HeaderRequestID, "from-service")
+			w.Header().Set(idemkey.HeaderRequestID, "from-service")
 			next.ServeHTTP(w, r)
 		})
 	}
 	for _, key := range []string{"k3", "k3"} {
 		r := post(key, `{}`)
-		r.Header.Set(middleware.HeaderRequestID, "from-client")
-		if got := serve(setID(h), r).Header().Values(middleware.HeaderRequestID); len(got) != 1 || got[0] != "from-service" {
+		r.Header.Set(idemkey.HeaderRequestID, "from-client")
+		if got := serve(setID(h), r).Header().Values(idemkey.HeaderRequestID); len(got) != 1 || got[0] != "from-service" {
 			t.Errorf("X-Request-Id %q, want the one the service set", got)
 		}
 	}
@@ -138,7 +139,7 @@ func TestEveryKeyedResponseCarriesARequestID(t *testing.T) {
 	g := newFixture(t, middleware.WithoutNewRequestID())
 	hg := g.mw.Required()(&counter{})
 	for _, key := range []string{"k", "k"} {
-		if id := serve(hg, post(key, `{}`)).Header().Get(middleware.HeaderRequestID); id != "" {
+		if id := serve(hg, post(key, `{}`)).Header().Get(idemkey.HeaderRequestID); id != "" {
 			t.Errorf("WithoutNewRequestID: X-Request-Id %q made up", id)
 		}
 	}
@@ -219,7 +220,7 @@ func TestRetryAfterHintsWhenTheFirstRequestIsLikelyDone(t *testing.T) {
 // remaining life (Retry-After: 35), which made a client with a 30 s budget
 // give up at once although the answer came 2.5 s later. A client that
 // follows the hints of a run that never ends comes back less and less
-// often, at most MaxOverdueHint apart, until the claim's life ends.
+// often, at most 10 seconds apart, until the claim's life ends.
 func TestOverdueRunGetsShortGrowingHints(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st, _ := memory.New()

@@ -2,10 +2,6 @@ package middleware
 
 import "net/http"
 
-// CodeScopeMissing is the code of the 500 the middleware answers when the
-// scope function (WithScope) names no scope for a request: it returned "".
-const CodeScopeMissing = "scope_missing"
-
 // scopeOf returns the scope of r, as the scope function (WithScope) names
 // it. A scope function that returns "" has failed to name the caller: a
 // signed-in caller it does not recognise would otherwise land in some

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/scope"
 	"github.com/idemkey/idemkey/store/memory"
 )
@@ -44,7 +45,7 @@ func TestEmptyScopeIsAnError(t *testing.T) {
 	if ok || sc != "" {
 		t.Fatalf("scope %q, %v for an empty scope; want none", sc, ok)
 	}
-	var p Problem
+	var p idemkey.Problem
 	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusInternalServerError || p.Code != CodeScopeMissing {
 		t.Errorf("answer %d %s, want 500 %s", w.Code, w.Body, CodeScopeMissing)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/memory"
@@ -165,7 +166,7 @@ func TestTransactionCommitsBeforeTheResponse(t *testing.T) {
 	}
 	again := serve(h, post("pay-1", `{}`))
 	committed, commits, rollbacks := s.state()
-	if again.Header().Get(middleware.HeaderReplayed) != "true" || again.Body.String() != `{"id":1}` {
+	if again.Header().Get(idemkey.HeaderReplayed) != "true" || again.Body.String() != `{"id":1}` {
 		t.Fatalf("repeat: %d %q", again.Code, again.Body)
 	}
 	if !slices.Equal(committed, []string{"payment"}) || commits != 1 || rollbacks != 0 {
@@ -197,8 +198,8 @@ func TestFailedCommitAnswers503(t *testing.T) {
 			s.mu.Lock()
 			s.commitErr = nil
 			s.mu.Unlock()
-			if w := serve(h, post("pay-1", `{}`)); w.Code != http.StatusCreated || w.Header().Get(middleware.HeaderReplayed) != "" {
-				t.Fatalf("retry: %d replayed %q", w.Code, w.Header().Get(middleware.HeaderReplayed))
+			if w := serve(h, post("pay-1", `{}`)); w.Code != http.StatusCreated || w.Header().Get(idemkey.HeaderReplayed) != "" {
+				t.Fatalf("retry: %d replayed %q", w.Code, w.Header().Get(idemkey.HeaderReplayed))
 			}
 			if committed, _, _ := s.state(); !slices.Equal(committed, []string{"payment"}) {
 				t.Fatalf("after the retry: committed %v", committed)
@@ -264,7 +265,7 @@ func TestFlushCommitsTheTransaction(t *testing.T) {
 		t.Fatalf("committed %v in %d commits", committed, commits)
 	}
 	again := serve(h, post("k", `{}`))
-	if again.Header().Get(middleware.HeaderBodyOmitted) != "true" || again.Header().Get("Content-Type") != "text/csv" || again.Body.Len() != 0 {
+	if again.Header().Get(idemkey.HeaderBodyOmitted) != "true" || again.Header().Get("Content-Type") != "text/csv" || again.Body.Len() != 0 {
 		t.Fatalf("replay of the stream: %d %v %q", again.Code, again.Header(), again.Body)
 	}
 }
@@ -333,7 +334,7 @@ func TestKeylessRequestRunsInATransaction(t *testing.T) {
 	if committed, _, rollbacks := s.state(); len(committed) != 1 || rollbacks != 1 {
 		t.Fatalf("after a 5xx: committed %q, %d rollbacks; want the first payment only and 1 rollback", committed, rollbacks)
 	}
-	if n := rec.Header().Get(middleware.HeaderReplayed); n != "" {
+	if n := rec.Header().Get(idemkey.HeaderReplayed); n != "" {
 		t.Errorf("a keyless request was answered as a replay")
 	}
 }

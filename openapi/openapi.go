@@ -36,6 +36,7 @@
 package openapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,16 +45,13 @@ import (
 	"strings"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/describe"
 	"github.com/idemkey/idemkey/internal/option"
 	"github.com/idemkey/idemkey/middleware"
 )
 
 // Version is the OpenAPI version of the documents New returns.
 const Version = "3.1.0"
-
-// MaxKeyLength is the longest key the middleware accepts, in characters,
-// after unquoting; the header parameter's schema says so.
-const MaxKeyLength = idemkey.MaxKeyLength
 
 // Endpoint is one route of a service as its router knows it.
 type Endpoint struct {
@@ -103,7 +101,9 @@ type Operation struct {
 // Optional, and whose method m covers. It returns an error for an endpoint
 // without a method or a pattern, for a route wrapped by the idempotency
 // middleware twice (each layer would claim the key, and the inner one would
-// find it in flight), and for two endpoints with the same method and path.
+// find it in flight), for a route built with an invalid route option (a
+// middleware.Deadline that is not positive: the route answers 500), and for
+// two endpoints with the same method and path.
 //
 // A middleware in Endpoint.Middlewares is recognised by applying it to a
 // placeholder handler that is never served; it must not have side effects
@@ -111,7 +111,8 @@ type Operation struct {
 // Middlewares (different headers or methods) describes each one's routes
 // with its own call.
 func Operations(m *middleware.Middleware, eps []Endpoint) ([]Operation, error) {
-	if m == nil {
+	d, ok := describe.Of(m)
+	if !ok {
 		return nil, errors.New("idemkey: openapi: nil middleware")
 	}
 	var ops []Operation
@@ -120,12 +121,15 @@ func Operations(m *middleware.Middleware, eps []Endpoint) ([]Operation, error) {
 		if ep.Method == "" || ep.Pattern == "" {
 			return nil, fmt.Errorf("idemkey: openapi: endpoint %q %q needs a method and a pattern", ep.Method, ep.Pattern)
 		}
-		route, n := routeOf(m, ep)
+		route, n, rerr := routeOf(d, ep)
+		if rerr != nil {
+			return nil, fmt.Errorf("idemkey: openapi: %s %s: %w", ep.Method, ep.Pattern, rerr)
+		}
 		if n > 1 {
 			return nil, fmt.Errorf("idemkey: openapi: %s %s is wrapped by the idempotency middleware %d times", ep.Method, ep.Pattern, n)
 		}
 		method := strings.ToUpper(ep.Method)
-		if n == 0 || !m.Covers(method) {
+		if n == 0 || !d.Covers(method) {
 			continue
 		}
 		path, _ := pathTemplate(ep.Pattern)
@@ -142,27 +146,32 @@ func Operations(m *middleware.Middleware, eps []Endpoint) ([]Operation, error) {
 // placeholder is the handler middlewares are applied to, to recognise them.
 var placeholder = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 
-// routeOf finds the idempotency configuration of an endpoint and counts how
-// many idempotency layers wrap it.
-func routeOf(m *middleware.Middleware, ep Endpoint) (middleware.Route, int) {
+// routeOf finds the idempotency configuration of an endpoint, counts how
+// many idempotency layers wrap it, and returns the error of a layer built
+// with an invalid route option.
+func routeOf(d describe.Middleware, ep Endpoint) (middleware.Route, int, error) {
 	var route middleware.Route
+	var err error
 	n := 0
+	found := func(r describe.Route) {
+		route = middleware.Route{Required: r.Required, Deadline: r.Deadline}
+		err = cmp.Or(err, r.Err)
+		n++
+	}
 	for _, mw := range ep.Middlewares {
 		if mw == nil {
 			continue
 		}
-		if r, ok := m.RouteOf(mw(placeholder)); ok {
-			route = r
-			n++
+		if r, ok := d.RouteOf(mw(placeholder)); ok {
+			found(r)
 		}
 	}
 	if ep.Handler != nil {
-		if r, ok := m.RouteOf(ep.Handler); ok {
-			route = r
-			n++
+		if r, ok := d.RouteOf(ep.Handler); ok {
+			found(r)
 		}
 	}
-	return route, n
+	return route, n, err
 }
 
 // pathTemplate turns a router pattern into an OpenAPI path template and
@@ -230,7 +239,7 @@ type config struct {
 func WithInfo(title, version string) Option {
 	return func(c *config) error {
 		if title == "" || version == "" {
-			return fmt.Errorf("info title %q or version %q is empty", title, version)
+			return fmt.Errorf("WithInfo(%q, %q): the title and the version must not be empty", title, version)
 		}
 		c.title, c.version = title, version
 		return nil
@@ -247,7 +256,8 @@ func New(m *middleware.Middleware, eps []Endpoint, opts ...Option) (*Document, e
 	if err := errors.Join(err, opsErr); err != nil {
 		return nil, err
 	}
-	return build(m.HeaderName(), ops, c), nil
+	d, _ := describe.Of(m) // Operations refused a nil m
+	return build(d.Header, ops, c), nil
 }
 
 // Document is an OpenAPI 3.1 document holding the middleware's fragment.
@@ -402,9 +412,9 @@ func build(header string, ops []Operation, c config) *Document {
 		return d
 	}
 
-	keySchema := map[string]any{"type": "string", "minLength": 1, "maxLength": MaxKeyLength}
+	keySchema := map[string]any{"type": "string", "minLength": 1, "maxLength": idemkey.MaxKeyLength}
 	keyDoc := "A key the client makes for one logical request (a UUID, for example) and sends again with every retry of it: 1 to " +
-		fmt.Sprint(MaxKeyLength) + " printable ASCII characters, bare (without commas or double quotes) or as a quoted string. The first request with a key runs; " +
+		fmt.Sprint(idemkey.MaxKeyLength) + " printable ASCII characters, bare (without commas or double quotes) or as a quoted string. The first request with a key runs; " +
 		"a retry with the same request gets the first response again, with Idempotent-Replayed: true. Keys are kept per caller for the retention window."
 	if required {
 		comp.Parameters[KeyParameter] = &Parameter{Name: header, In: "header", Required: true, Description: keyDoc, Schema: keySchema}
@@ -433,18 +443,22 @@ func build(header string, ops []Operation, c config) *Document {
 		Description: "The operation's response. A retry with the same key and request gets the same status, headers and body, " +
 			"with Idempotent-Replayed: true (kept 4xx responses are replayed the same way). Merge these headers into the operation's own responses.",
 		Headers: map[string]Ref{
-			middleware.HeaderReplayed:    ref("headers", ReplayedHeader),
-			middleware.HeaderBodyOmitted: ref("headers", BodyOmittedHeader),
+			idemkey.HeaderReplayed:    ref("headers", ReplayedHeader),
+			idemkey.HeaderBodyOmitted: ref("headers", BodyOmittedHeader),
 		},
 	}
 
-	codes := middleware.ProblemCodes()
+	problems := describe.Problems()
+	codes := make([]string, len(problems))
+	for i, p := range problems {
+		codes[i] = p.Code
+	}
 	comp.Schemas[ProblemSchema] = map[string]any{
 		"type":        "object",
 		"description": "An error the idempotency layer answers with itself (RFC 9457 problem details).",
 		"required":    []string{"type", "title", "status", "detail", "code"},
 		"properties": map[string]any{
-			"type":   map[string]any{"type": "string", "format": "uri", "description": "A URI naming the problem: " + middleware.ProblemTypePrefix + " and the code."},
+			"type":   map[string]any{"type": "string", "format": "uri", "description": "A URI naming the problem: " + idemkey.ProblemTypePrefix + " and the code."},
 			"title":  map[string]any{"type": "string"},
 			"status": map[string]any{"type": "integer"},
 			"detail": map[string]any{"type": "string"},
@@ -454,13 +468,12 @@ func build(header string, ops []Operation, c config) *Document {
 	problem := func(status int, without string, retry bool, desc string) *Response {
 		var cs []string
 		examples := map[string]Example{}
-		for _, code := range codes {
-			p, _ := middleware.ProblemFor(code)
-			if p.Status != status || code == without {
+		for _, p := range problems {
+			if p.Status != status || p.Code == without {
 				continue
 			}
-			cs = append(cs, code)
-			examples[code] = Example{Summary: p.Title, Value: p}
+			cs = append(cs, p.Code)
+			examples[p.Code] = Example{Summary: p.Title, Value: p}
 		}
 		resp := &Response{
 			Description: desc,

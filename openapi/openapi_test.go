@@ -475,7 +475,7 @@ func TestErrors(t *testing.T) {
 	if err == nil {
 		t.Fatal("invalid options and endpoint: no error")
 	}
-	for _, want := range []string{"idemkey: openapi: info title", "idemkey: openapi: option 2 is nil", "needs a method"} {
+	for _, want := range []string{"idemkey: openapi: WithInfo(", "idemkey: openapi: option 2 is nil", "needs a method"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not report %q", err, want)
 		}
@@ -551,5 +551,17 @@ func TestTwoMiddlewares(t *testing.T) {
 				t.Errorf("%s: %s names header %v, want %s", c.name, p, name, c.header)
 			}
 		}
+	}
+}
+
+// TestInvalidRouteOption: a route built with a deadline that is not
+// positive answers 500; its document is an error naming it, not a
+// description of a route that does not work.
+func TestInvalidRouteOption(t *testing.T) {
+	idem := newMiddleware(t)
+	h := idem.Required(middleware.Deadline(0))(http.NotFoundHandler())
+	_, err := openapi.Operations(idem, []openapi.Endpoint{openapi.FromServeMux("POST /payments", h)})
+	if err == nil || !strings.Contains(err.Error(), "POST /payments") || !strings.Contains(err.Error(), "Deadline") {
+		t.Fatalf("Operations = %v, want an error naming the route and Deadline", err)
 	}
 }

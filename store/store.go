@@ -113,6 +113,93 @@ type Waiter interface {
 	Wait(ctx context.Context, key string, c Claim) (bool, error)
 }
 
+// Inspector is a Store that operators' tools (cmd/idemctl) can look into:
+// what one key holds, deleting what was seen, and counts of what the store
+// holds. The middleware never uses it. The memory, Redis and PostgreSQL
+// stores have it.
+type Inspector interface {
+	// Inspect returns what key (a name KeyName made) holds, and whether it
+	// holds anything. An entry this version cannot read in full is
+	// returned with found true and an error that says why (the store's
+	// ErrUnreadable), with what could be read of it: it can still be
+	// deleted. Any other error comes with found false.
+	Inspect(ctx context.Context, key string) (e Entry, found bool, err error)
+	// Delete deletes key's entry only while it is still the one seen (as
+	// Inspect returned it): a key that changed since, or holds nothing, is
+	// left alone. It reports whether it deleted the entry. Once a record
+	// is deleted, a retry with its key runs the handler again; once a
+	// claim in flight is deleted, a retry runs the handler while the first
+	// request may still be running.
+	Delete(ctx context.Context, key string, seen Entry) (bool, error)
+	// Stats counts what the store holds. It may read every entry: it is
+	// for operators, not for every request or every metrics scrape.
+	Stats(ctx context.Context) (Stats, error)
+}
+
+// Entry is what one key holds, as Inspector.Inspect reads it.
+type Entry struct {
+	// State is InFlight for a claim and Completed for a kept record; zero
+	// for an entry that cannot be read.
+	State State
+	// Fingerprint is that of the request that claimed the key or produced
+	// the record.
+	Fingerprint [32]byte
+	// CreatedAt is when the key was claimed.
+	CreatedAt time.Time
+	// TTL is the entry's remaining life when it was read, on the store's
+	// clock: until a claim lapses or a record's retention ends. It is zero
+	// when NoExpiry, and how long ago the life ended (negative) when
+	// Expired.
+	TTL time.Duration
+	// Expired: the entry's life is over but the store has not removed it
+	// yet (store/postgres keeps such rows until its sweeper deletes them).
+	// The store treats its key as free.
+	Expired bool
+	// NoExpiry: the entry never expires (a Redis key whose expiry was
+	// removed by hand; idemkey never writes one).
+	NoExpiry bool
+	// Record is the kept response when State is Completed.
+	Record *Record
+	// Size is the entry's size in the store, in bytes, as the store
+	// measures it: the stored value (Redis), the row without its index
+	// entries (PostgreSQL), what it counts against its bound (memory).
+	Size int
+	// Memory is what the server reports the entry costs it, in bytes, its
+	// own overhead included (Redis: MEMORY USAGE); 0 when it does not say.
+	Memory int64
+	// Transactional: a claim in flight held by a request's transaction
+	// (a TxStore's ClaimTx). A claim the transaction has not committed
+	// has no committed row: only that it is held, and since when
+	// (CreatedAt: when the transaction began), can be seen; its
+	// Fingerprint and TTL are zero, and Delete cannot free it (end the
+	// transaction instead). OwnerGone: the claim was committed with a lock
+	// its owner no longer holds (an earlier store/postgres), so the key is
+	// taken over when its life ends.
+	Transactional, OwnerGone bool
+	// Fence is what Delete compares to delete only this entry: opaque, set
+	// by Inspect. It may hold the claim's owner token: never show it.
+	Fence string `json:"-"`
+}
+
+// Stats is what a store holds, as Inspector.Stats counts it.
+type Stats struct {
+	// Records counts the kept records, InFlight the claims of requests in
+	// flight, both inside their life.
+	Records, InFlight int64
+	// Expired counts entries whose life is over that the store has not
+	// removed yet (they count as gone); Unreadable those this version
+	// cannot read (written by a later version, or not by idemkey).
+	Expired, Unreadable int64
+	// Bytes is what the entries take, as the store measures it: what the
+	// memory store counts against its bound, the Redis keys' memory
+	// (estimated from a sample unless every key was measured), the
+	// PostgreSQL table's and its indexes' size on disk.
+	Bytes int64
+	// Detail holds what only this store reports, as a type of its
+	// package: *redis.Memory, *postgres.TableStats; nil for memory.
+	Detail any
+}
+
 // Tx is the transaction a claimed request's handler runs in. Exactly one of
 // Commit and Rollback is called, once.
 type Tx interface {
@@ -222,7 +309,7 @@ const KeyPrefix = "idem:v1:"
 // different (scope, key) pairs never share a name, and the braces are a
 // Redis Cluster hash tag that keeps everything about one record in one slot.
 func KeyName(scope, key string) string {
-	d := Digest(scope, key)
+	d := digest(scope, key)
 	var b [len(KeyPrefix) + 2 + 2*sha256.Size]byte
 	n := copy(b[:], KeyPrefix)
 	b[n] = '{'
@@ -231,9 +318,10 @@ func KeyName(scope, key string) string {
 	return string(b[:])
 }
 
-// Digest returns the SHA-256 over the length-prefixed scope and key that
-// KeyName encodes. Logs and operators' tools name a record by its hex.
-func Digest(scope, key string) [sha256.Size]byte {
+// digest returns the SHA-256 over the length-prefixed scope and key that
+// KeyName encodes. Logs and operators' tools name a record by its hex
+// (DigestOf).
+func digest(scope, key string) [sha256.Size]byte {
 	var buf [128]byte
 	b := buf[:0]
 	b = binary.BigEndian.AppendUint32(b, uint32(len(scope)))

@@ -5,19 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
-
-	goredis "github.com/redis/go-redis/v9"
 )
-
-// deleteIfSame deletes KEYS[1] only while it still holds ARGV[1]: what the
-// operator was shown and agreed to delete. It returns 1 when it deleted
-// the key, 0 when the key holds something else or nothing.
-var deleteIfSame = goredis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-`)
 
 // deleted is what delete prints with --json.
 type deleted struct {
@@ -76,14 +64,7 @@ func del(ctx context.Context, e *env, args []string) error {
 			return finish("not deleted")
 		}
 	}
-	var gone bool
-	if e.pg != nil {
-		gone, err = e.pg.Delete(ctx, key, ent.pgRow)
-	} else {
-		var n int
-		n, err = deleteIfSame.Run(ctx, e.rdb, []string{ent.Key}, ent.raw).Int()
-		gone = n == 1
-	}
+	gone, err := e.st.Delete(ctx, key, ent.seen)
 	if err != nil {
 		return err
 	}

@@ -102,10 +102,15 @@ func BenchmarkRecordMemory(b *testing.B) {
 func report(b *testing.B, rdb *goredis.Client, before int64, n int, count func(summary) int64) {
 	b.Helper()
 	after := usedMemory(b, rdb)
-	s, _, err := scan(context.Background(), rdb, store.KeyPrefix+"*", 1000, int64(n))
+	st, err := redis.New(rdb, redis.WithScan(1000, int64(n)))
 	if err != nil {
 		b.Fatal(err)
 	}
+	stats, err := st.Stats(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := redisSummary(stats, stats.Detail.(*redis.Memory))
 	if count(s) != int64(n) || s.Sampled != int64(n) {
 		b.Fatalf("%+v: want %d keys of the kind, all measured", s, n)
 	}

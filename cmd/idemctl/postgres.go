@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -59,50 +57,6 @@ func connectPostgres(ctx context.Context, url, table string) (*postgres.Store, f
 	return st, func() { st.Close(); pool.Close() }, nil
 }
 
-// fetchPostgres reads what key holds in the PostgreSQL store.
-func fetchPostgres(ctx context.Context, st *postgres.Store, key string, withBody bool) (*entry, error) {
-	e := &entry{Key: key, Digest: store.DigestOf(key)}
-	rw, ok, err := st.Inspect(ctx, key)
-	if !ok {
-		return e, err
-	}
-	if err != nil && !errors.Is(err, postgres.ErrUnreadable) {
-		return nil, err
-	}
-	e.Found, e.pgRow, e.ValueBytes = true, rw, rw.Size
-	e.Fingerprint = hex.EncodeToString(rw.Fingerprint[:])
-	e.TTLSeconds = rw.TTL.Seconds()
-	e.Expired = rw.TTL <= 0
-	e.Transactional, e.OwnerGone = rw.Transactional, rw.OwnerGone
-	if !rw.CreatedAt.IsZero() {
-		t := rw.CreatedAt
-		e.CreatedAt = &t
-		e.AgeSeconds = time.Since(t).Seconds()
-	}
-	if err != nil {
-		e.State, e.Error = "unreadable", err.Error()
-		return e, nil
-	}
-	if rw.State == store.InFlight {
-		e.State = "in_flight"
-		return e, nil
-	}
-	e.State = "completed"
-	rec := rw.Record
-	e.Status = rec.Status
-	if !rec.CompletedAt.IsZero() {
-		t := rec.CompletedAt
-		e.CompletedAt = &t
-	}
-	n := len(rec.Body)
-	e.BodyBytes, e.BodyOmitted, e.Headers = &n, rec.BodyOmitted, rec.Header
-	if withBody {
-		b := string(rec.Body)
-		e.Body = &b
-	}
-	return e, nil
-}
-
 // pgSummary is what stats prints for a PostgreSQL store.
 type pgSummary struct {
 	Table string `json:"table"`
@@ -128,21 +82,18 @@ type pgSummary struct {
 	OldestExpiry   *time.Time `json:"oldest_expiry,omitempty"`
 }
 
-func statsPostgres(ctx context.Context, e *env) error {
-	st, err := e.pg.Stats(ctx)
-	if err != nil {
-		return err
-	}
-	s := pgSummary{Table: e.pg.Table(), Rows: st.Rows, Records: st.Records, InFlight: st.InFlight,
-		Transactional: st.Transactional, Expired: st.Expired, TableBytes: st.TableBytes,
-		IndexBytes: st.IndexBytes, TotalBytes: st.TotalBytes, DeadRows: st.DeadRows}
-	if st.Rows > 0 {
-		s.BytesPerRow = float64(st.TotalBytes) / float64(st.Rows)
+// printTableStats prints what Stats counted in a PostgreSQL store.
+func (e *env) printTableStats(st store.Stats, ts *postgres.TableStats) error {
+	s := pgSummary{Table: e.table, Rows: st.Records + st.InFlight + st.Expired, Records: st.Records, InFlight: st.InFlight,
+		Transactional: ts.Transactional, Expired: st.Expired, TableBytes: ts.TableBytes,
+		IndexBytes: ts.IndexBytes, TotalBytes: ts.TotalBytes, DeadRows: ts.DeadRows}
+	if s.Rows > 0 {
+		s.BytesPerRow = float64(ts.TotalBytes) / float64(s.Rows)
 	}
 	for _, t := range []struct {
 		dst **time.Time
 		src time.Time
-	}{{&s.LastVacuum, st.LastVacuum}, {&s.LastAutovacuum, st.LastAutovacuum}, {&s.OldestExpiry, st.OldestExpiry}} {
+	}{{&s.LastVacuum, ts.LastVacuum}, {&s.LastAutovacuum, ts.LastAutovacuum}, {&s.OldestExpiry, ts.OldestExpiry}} {
 		if !t.src.IsZero() {
 			v := t.src
 			*t.dst = &v

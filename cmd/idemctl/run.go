@@ -29,18 +29,22 @@ const (
 // defaultURL is the server when neither --redis nor REDIS_URL names one.
 const defaultURL = "redis://127.0.0.1:6379/0"
 
-// env holds what every command needs: a Redis client, or a PostgreSQL
-// store, opened by parseFlags once the command's flags are read.
+// env holds what every command needs: the store, a Redis or a PostgreSQL
+// one, looked into through store.Inspector, opened by parseFlags once the
+// command's flags are read.
 type env struct {
-	flags   globals
-	rdb     goredis.UniversalClient
-	prefix  string // --redis-prefix: what the service gave redis.WithKeyPrefix
-	pg      *postgres.Store
-	json    bool
-	stdin   io.Reader
-	stdout  io.Writer
-	stderr  io.Writer
-	closers []func() // run after the command, last first
+	flags  globals
+	st     store.Inspector
+	prefix string // --redis-prefix: what the service gave redis.WithKeyPrefix
+	table  string // the PostgreSQL store's table, quoted; "" for Redis
+	// scanCount and scanSample are stats's --count and --sample, for
+	// redis.WithScan.
+	scanCount, scanSample int64
+	json                  bool
+	stdin                 io.Reader
+	stdout                io.Writer
+	stderr                io.Writer
+	closers               []func() // run after the command, last first
 }
 
 // globals are the flags that choose the store and shape the output. They
@@ -184,7 +188,7 @@ func (e *env) open(ctx context.Context) (context.Context, error) {
 			return ctx, err
 		}
 		e.closers = append(e.closers, closeDB)
-		e.pg = st
+		e.st, e.table = st, st.Table()
 		return ctx, nil
 	}
 	if err := redis.ValidateKeyPrefix(g.prefix); err != nil {
@@ -203,7 +207,15 @@ func (e *env) open(ctx context.Context) (context.Context, error) {
 		return ctx, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	e.closers = append(e.closers, func() { rdb.Close() })
-	e.rdb = rdb
+	opts := []redis.Option{redis.WithKeyPrefix(g.prefix)}
+	if e.scanCount > 0 {
+		opts = append(opts, redis.WithScan(e.scanCount, e.scanSample))
+	}
+	st, err := redis.New(rdb, opts...)
+	if err != nil {
+		return ctx, err
+	}
+	e.st = st
 	return ctx, nil
 }
 
@@ -228,10 +240,10 @@ func commandFlags(e *env, name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses a command's flags, refuses stray arguments, and then
-// opens the store (see env.open): it returns the context the command runs
-// in.
-func parseFlags(ctx context.Context, e *env, fs *flag.FlagSet, args []string) (context.Context, error) {
+// parseFlags parses a command's flags, refuses stray arguments, runs the
+// command's own checks of its flags, and then opens the store (see
+// env.open): it returns the context the command runs in.
+func parseFlags(ctx context.Context, e *env, fs *flag.FlagSet, args []string, checks ...func() error) (context.Context, error) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ctx, err
@@ -240,6 +252,11 @@ func parseFlags(ctx context.Context, e *env, fs *flag.FlagSet, args []string) (c
 	}
 	if fs.NArg() > 0 {
 		return ctx, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return ctx, err
+		}
 	}
 	return e.open(ctx)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -11,11 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/idemkey/idemkey/store"
-	"github.com/idemkey/idemkey/store/postgres"
-	"github.com/idemkey/idemkey/store/redis"
 )
 
 // entry is what show prints about a key, and delete before it asks.
@@ -52,89 +47,55 @@ type entry struct {
 	Transactional bool `json:"transactional,omitempty"`
 	OwnerGone     bool `json:"owner_gone,omitempty"`
 
-	raw   string       // the value read, for delete's compare-and-delete (Redis)
-	pgRow postgres.Row // the row read, for delete's compare-and-delete (PostgreSQL)
+	seen store.Entry // what Inspect read, for delete's compare-and-delete
 }
 
 // fetch reads what key holds from the store e names.
 func (e *env) fetch(ctx context.Context, key string, withBody bool) (*entry, error) {
-	if e.pg != nil {
-		return fetchPostgres(ctx, e.pg, key, withBody)
+	// The key as the store names it: behind the Redis prefix, if any.
+	ent := &entry{Key: e.prefix + key, Digest: store.DigestOf(key)}
+	se, ok, err := e.st.Inspect(ctx, key)
+	if !ok {
+		return ent, err
 	}
-	ent, err := fetch(ctx, e.rdb, e.prefix+key, withBody)
-	if ent != nil {
-		ent.Digest = store.DigestOf(key)
-	}
-	return ent, err
-}
-
-// fetch reads what key holds, its remaining life and its memory usage in
-// one round trip.
-func fetch(ctx context.Context, rdb goredis.UniversalClient, key string, withBody bool) (*entry, error) {
-	var get *goredis.StringCmd
-	var pttl *goredis.DurationCmd
-	var mem *goredis.IntCmd
-	// The pipeline's own error is the first command's; each command's is
-	// read below. MEMORY USAGE may be refused (a managed server that
-	// renames it): then the memory is not reported.
-	rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		get = p.Get(ctx, key)
-		pttl = p.PTTL(ctx, key)
-		mem = p.MemoryUsage(ctx, key, 0)
-		return nil
-	})
-	e := &entry{Key: key, Digest: store.DigestOf(key)}
-	v, err := get.Result()
-	switch {
-	case errors.Is(err, goredis.Nil):
-		return e, nil
-	case err != nil:
-		return nil, err
-	}
-	now := time.Now()
-	e.Found, e.raw, e.ValueBytes = true, v, len(v)
-	ttl, err := pttl.Result()
-	if err != nil {
-		return nil, err
-	}
-	if ttl < 0 {
-		e.TTLSeconds = -1
+	ent.Found, ent.seen, ent.ValueBytes, ent.MemoryBytes = true, se, se.Size, se.Memory
+	if se.NoExpiry {
+		ent.TTLSeconds = -1
 	} else {
-		e.TTLSeconds = ttl.Seconds()
+		ent.TTLSeconds = se.TTL.Seconds()
 	}
-	if n, err := mem.Result(); err == nil {
-		e.MemoryBytes = n
+	ent.Expired, ent.Transactional, ent.OwnerGone = se.Expired, se.Transactional, se.OwnerGone
+	if se.Fingerprint != ([32]byte{}) {
+		ent.Fingerprint = hex.EncodeToString(se.Fingerprint[:])
 	}
-	val, err := redis.DecodeValue(v)
+	if !se.CreatedAt.IsZero() {
+		t := se.CreatedAt
+		ent.CreatedAt = &t
+		ent.AgeSeconds = time.Since(t).Seconds()
+	}
 	if err != nil {
-		e.State, e.Error = "unreadable", err.Error()
-		return e, nil
+		ent.State, ent.Error = "unreadable", err.Error()
+		return ent, nil
 	}
-	e.Fingerprint = hex.EncodeToString(val.Fingerprint[:])
-	if !val.CreatedAt.IsZero() {
-		t := val.CreatedAt
-		e.CreatedAt = &t
-		e.AgeSeconds = now.Sub(t).Seconds()
-	}
-	switch val.State {
+	switch se.State {
 	case store.InFlight:
-		e.State = "in_flight"
+		ent.State = "in_flight"
 	case store.Completed:
-		e.State = "completed"
-		rec := val.Record
-		e.Status = rec.Status
+		ent.State = "completed"
+		rec := se.Record
+		ent.Status = rec.Status
 		if !rec.CompletedAt.IsZero() {
 			t := rec.CompletedAt
-			e.CompletedAt = &t
+			ent.CompletedAt = &t
 		}
 		n := len(rec.Body)
-		e.BodyBytes, e.BodyOmitted, e.Headers = &n, rec.BodyOmitted, rec.Header
+		ent.BodyBytes, ent.BodyOmitted, ent.Headers = &n, rec.BodyOmitted, rec.Header
 		if withBody {
 			b := string(rec.Body)
-			e.Body = &b
+			ent.Body = &b
 		}
 	}
-	return e, nil
+	return ent, nil
 }
 
 func show(ctx context.Context, e *env, args []string) error {
@@ -193,6 +154,8 @@ func (e *env) printEntry(ent *entry) {
 	switch {
 	case ent.Expired:
 		row("ttl", "expired %s ago (the store treats the key as free; the sweeper deletes the row)", roundDuration(-ent.TTLSeconds))
+	case ent.Transactional && ent.TTLSeconds == 0:
+		row("ttl", "unknown (the claim is held by its request's transaction and not committed)")
 	case ent.TTLSeconds < 0:
 		row("ttl", "none (the key never expires: it was not written by idemkey)")
 	default:
@@ -227,8 +190,10 @@ func (e *env) printEntry(ent *entry) {
 	if ent.MemoryBytes > 0 {
 		mem = fmt.Sprintf(", %d bytes in memory", ent.MemoryBytes)
 	}
-	if ent.pgRow.Size > 0 {
-		row("row", "%d bytes (in the table, without its index entries)", ent.ValueBytes)
+	if e.table != "" {
+		if ent.ValueBytes > 0 {
+			row("row", "%d bytes (in the table, without its index entries)", ent.ValueBytes)
+		}
 	} else {
 		row("value", "%d bytes%s", ent.ValueBytes, mem)
 	}

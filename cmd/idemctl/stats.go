@@ -3,14 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
-	"sync"
 	"text/tabwriter"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/postgres"
 	"github.com/idemkey/idemkey/store/redis"
 )
 
@@ -44,149 +40,54 @@ type node struct {
 	// Maxmemory is 0 when the server has no limit.
 	Maxmemory       int64  `json:"maxmemory"`
 	MaxmemoryPolicy string `json:"maxmemory_policy"`
+	// InfoRefused: the server refused INFO memory, so the memory figures
+	// are not known.
+	InfoRefused bool `json:"info_refused,omitempty"`
 }
 
 func stats(ctx context.Context, e *env, args []string) error {
 	fs := commandFlags(e, "stats", "[--count N] [--sample N]")
-	count := fs.Int64("count", 1000, "keys asked for per SCAN call (its COUNT)")
-	sample := fs.Int64("sample", 10000, "measure the memory of up to this many keys per master with MEMORY USAGE; 0 measures none")
-	ctx, err := parseFlags(ctx, e, fs, args)
+	fs.Int64Var(&e.scanCount, "count", redis.DefaultScanCount, "keys asked for per SCAN call (its COUNT; Redis)")
+	fs.Int64Var(&e.scanSample, "sample", redis.DefaultScanSample, "measure the memory of up to this many keys per master with MEMORY USAGE; 0 measures none (Redis)")
+	ctx, err := parseFlags(ctx, e, fs, args, func() error {
+		if e.scanCount <= 0 || e.scanSample < 0 {
+			return fmt.Errorf("%w: --count must be positive and --sample not negative", errUsage)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	if *count <= 0 || *sample < 0 {
-		return fmt.Errorf("%w: --count must be positive and --sample not negative", errUsage)
+	st, err := e.st.Stats(ctx)
+	if err != nil {
+		return err
 	}
-	if e.pg != nil {
-		return statsPostgres(ctx, e)
-	}
-
-	var (
-		mu  sync.Mutex
-		sum summary
-	)
-	scanNode := func(ctx context.Context, c *goredis.Client) error {
-		s, n, err := scan(ctx, c, e.prefix+store.KeyPrefix+"*", *count, *sample)
-		if err != nil {
-			return fmt.Errorf("%s: %w", c.Options().Addr, err)
+	switch d := st.Detail.(type) {
+	case *postgres.TableStats:
+		return e.printTableStats(st, d)
+	case *redis.Memory:
+		sum := redisSummary(st, d)
+		if e.json {
+			return e.printJSON(sum)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		sum.Keys += s.Keys
-		sum.Records += s.Records
-		sum.InFlight += s.InFlight
-		sum.Unreadable += s.Unreadable
-		sum.Sampled += s.Sampled
-		sum.SampledBytes += s.SampledBytes
-		sum.Nodes = append(sum.Nodes, n)
+		e.printSummary(&sum)
 		return nil
 	}
-	switch c := e.rdb.(type) {
-	case *goredis.ClusterClient:
-		err = c.ForEachMaster(ctx, scanNode)
-	case *goredis.Client:
-		err = scanNode(ctx, c)
-	default:
-		err = fmt.Errorf("unsupported client %T", e.rdb)
-	}
-	if err != nil {
-		return err
-	}
-	if sum.Sampled > 0 {
-		sum.BytesPerKey = float64(sum.SampledBytes) / float64(sum.Sampled)
-	}
-	sum.Exact = sum.Sampled == sum.Keys
-	if sum.Exact {
-		sum.EstimatedBytes = sum.SampledBytes
-	} else {
-		sum.EstimatedBytes = int64(sum.BytesPerKey * float64(sum.Keys))
-	}
-	if e.json {
-		return e.printJSON(sum)
-	}
-	e.printSummary(&sum)
-	return nil
+	return fmt.Errorf("a store of type %T cannot be counted", e.st)
 }
 
-// scan counts one node's keys that match pattern and measures up to sample
-// of them.
-func scan(ctx context.Context, c *goredis.Client, pattern string, count, sample int64) (summary, node, error) {
-	var s summary
-	n := node{Addr: c.Options().Addr}
-	var cursor uint64
-	for {
-		keys, next, err := c.Scan(ctx, cursor, pattern, count).Result()
-		if err != nil {
-			return s, n, err
-		}
-		if len(keys) > 0 {
-			heads := make([]*goredis.StringCmd, len(keys))
-			mems := make([]*goredis.IntCmd, len(keys))
-			// Each command's error is read below; a refused MEMORY USAGE
-			// only leaves its key unmeasured.
-			c.Pipelined(ctx, func(p goredis.Pipeliner) error {
-				for i, k := range keys {
-					heads[i] = p.GetRange(ctx, k, 0, 0)
-					if s.Sampled+int64(i) < sample {
-						mems[i] = p.MemoryUsage(ctx, k, 0)
-					}
-				}
-				return nil
-			})
-			for i := range keys {
-				head, err := heads[i].Result()
-				if err != nil {
-					return s, n, err
-				}
-				if head == "" { // expired since SCAN saw it
-					continue
-				}
-				s.Keys++
-				switch st, err := redis.StateOf(head); {
-				case err != nil:
-					s.Unreadable++
-				case st == store.InFlight:
-					s.InFlight++
-				default:
-					s.Records++
-				}
-				if mems[i] != nil {
-					if b, err := mems[i].Result(); err == nil {
-						s.Sampled++
-						s.SampledBytes += b
-					}
-				}
-			}
-		}
-		if cursor = next; cursor == 0 {
-			break
-		}
+// redisSummary is what stats prints of what a Redis store's Stats counted.
+func redisSummary(st store.Stats, m *redis.Memory) summary {
+	s := summary{Keys: st.Records + st.InFlight + st.Unreadable, Records: st.Records, InFlight: st.InFlight,
+		Unreadable: st.Unreadable, Sampled: m.Sampled, SampledBytes: m.SampledBytes,
+		EstimatedBytes: st.Bytes, Exact: m.Exact}
+	if m.Sampled > 0 {
+		s.BytesPerKey = float64(m.SampledBytes) / float64(m.Sampled)
 	}
-
-	info, err := c.Info(ctx, "memory").Result()
-	if err != nil {
-		return s, n, err
+	for _, n := range m.Nodes {
+		s.Nodes = append(s.Nodes, node(n))
 	}
-	for line := range strings.Lines(info) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "used_memory":
-			n.UsedMemory, _ = strconv.ParseInt(v, 10, 64)
-		case "used_memory_human":
-			n.UsedMemoryHuman = v
-		case "maxmemory":
-			n.Maxmemory, _ = strconv.ParseInt(v, 10, 64)
-		case "maxmemory_policy":
-			n.MaxmemoryPolicy = v
-		}
-	}
-	if n.DBSize, err = c.DBSize(ctx).Result(); err != nil {
-		return s, n, err
-	}
-	return s, n, nil
+	return s
 }
 
 func (e *env) printSummary(s *summary) {
@@ -207,6 +108,10 @@ func (e *env) printSummary(s *summary) {
 	}
 	tw.Flush()
 	for _, n := range s.Nodes {
+		if n.InfoRefused {
+			fmt.Fprintf(e.stdout, "node %s: %d keys in all; the server refused INFO memory\n", n.Addr, n.DBSize)
+			continue
+		}
 		limit := "no maxmemory"
 		if n.Maxmemory > 0 {
 			limit = fmt.Sprintf("maxmemory %d (%.0f%% used)", n.Maxmemory, 100*float64(n.UsedMemory)/float64(n.Maxmemory))

@@ -21,7 +21,8 @@
 //   - idemkey.events (counter, {event}): every decision, with attributes
 //     idemkey.event (first_attempt, replay, in_flight, key_reused,
 //     key_missing, key_invalid, request_too_large, body_unreadable, kept,
-//     released, ownership_lost, store_error, store_full, scope_missing) and http.route;
+//     released, ownership_lost, store_error, store_full, scope_missing,
+//     route_invalid) and http.route;
 //   - idemkey.store.duration (histogram, s): the store call behind each
 //     event that made one, with idemkey.event;
 //   - idemkey.kept_record.size (histogram, By): the size of each kept

@@ -20,7 +20,7 @@
 //   - idemkey_events_total{event, route}: a counter of every decision, by
 //     event (first_attempt, replay, in_flight, key_reused, key_missing,
 //     key_invalid, request_too_large, body_unreadable, kept, released,
-//     ownership_lost, store_error, store_full, scope_missing; see middleware.EventKind)
+//     ownership_lost, store_error, store_full, scope_missing, route_invalid; see middleware.EventKind)
 //     and route;
 //   - idemkey_store_latency_seconds{event}: a histogram of the store call
 //     behind each event that made one (first_attempt: the claim; kept: the

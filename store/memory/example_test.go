@@ -64,7 +64,8 @@ func ExampleStore_Stats() {
 	claim("order-1", "token-1")
 	s.Complete(ctx, store.KeyName("user-42", "order-1"), "token-1", &store.Record{Status: http.StatusCreated}, 24*time.Hour)
 	claim("order-2", "token-2")
-	fmt.Println("entries:", s.Stats().Entries)
+	st, _ := s.Stats(ctx)
+	fmt.Println("entries:", st.Records+st.InFlight)
 
 	_, err = claim("order-3", "token-3")
 	fmt.Println("a new key:", errors.Is(err, store.ErrFull))

@@ -24,8 +24,9 @@
 // pass WithMaxBytes by the records of the claims in flight when it was
 // reached (see WithMaxBytes).
 //
-// Stats reports the entries and bytes held; export them as gauges to see
-// how near the bounds a service runs.
+// Stats (store.Inspector) counts the entries and bytes held, to see how
+// near the bounds a service runs; Inspect and Delete look into and remove
+// one key's entry.
 //
 // # Time
 //
@@ -163,25 +164,6 @@ func (s *Store) Close() error {
 	s.c.stopJanitor()
 	<-s.c.done
 	return nil
-}
-
-// Stats is what a store holds.
-type Stats struct {
-	// Entries is the number of claims and records, expired ones that have
-	// not been removed yet included. WithMaxRecords bounds it.
-	Entries int64
-	// Bytes is the memory they take, as the store counts it against
-	// WithMaxBytes: for each entry 300 bytes (its slot in a map, as
-	// measured), plus a claim's owner token, or a record's encoded size
-	// (its body, its header names and values, its token, and a few bytes
-	// of status and times, rounded up to the size of its allocation).
-	Bytes int64
-}
-
-// Stats returns what the store holds. Each field is read atomically, the
-// two not together: under load they may be a moment apart.
-func (s *Store) Stats() Stats {
-	return Stats{Entries: s.c.n.Load(), Bytes: s.c.bytes.Load()}
 }
 
 // Claim implements store.Store. It returns the context's error, and claims

@@ -60,7 +60,7 @@ func TestEntryOverheadCoversWhatASlotTakes(t *testing.T) {
 					}
 				}
 			}
-			st := s.Stats()
+			st := statsOf(s)
 			own = st.Bytes - int64(n)*entryOverhead
 			slot := float64(heapInUse()-base-own) / float64(n)
 			t.Logf("records %v, %d entries: %.0f bytes a slot", complete, n, slot)

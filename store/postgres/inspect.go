@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,39 +13,7 @@ import (
 	"github.com/idemkey/idemkey/store"
 )
 
-// Row is a row of the table decoded for operators' tools (cmd/idemctl): a
-// claim of a request in flight, or a kept record.
-type Row struct {
-	// State is store.InFlight for a claim and store.Completed for a record.
-	State store.State
-	// Fingerprint is the fingerprint of the request that claimed the key
-	// or produced the record.
-	Fingerprint [32]byte
-	// CreatedAt is when the key was claimed.
-	CreatedAt time.Time
-	// ExpiresAt is when the claim lapses or the record's retention ends,
-	// on the database's clock; TTL is the time left then, which is not
-	// positive for a row whose life is over and that the sweeper has not
-	// deleted yet (the store treats it as gone).
-	ExpiresAt time.Time
-	TTL       time.Duration
-	// Record is the kept response when State is store.Completed.
-	Record *store.Record
-	// Transactional reports a claim in flight held by a request's
-	// transaction (ClaimTx). Such a claim is not committed: only that it
-	// is held, and since when, can be seen (Fingerprint and TTL are zero),
-	// and Delete cannot free it (end the transaction instead: its
-	// backend's pg_terminate_backend). OwnerGone reports, for a claim
-	// committed by an earlier version of this package with a session
-	// lock, that the lock is free: its owner is gone, and the key is
-	// taken over when the claim's life ends.
-	Transactional, OwnerGone bool
-	// Size is the row's size in the table, in bytes (pg_column_size: after
-	// compression, without the index entries).
-	Size int
-
-	token string // for Delete: the row it was read from
-}
+var _ store.Inspector = (*Store)(nil)
 
 // inspectSQL reads a key's row, and probes the owner of a transactional
 // claim in flight as a claim would.
@@ -55,14 +25,20 @@ const inspectSQL = `SELECT r.token, r.fingerprint, r.created_at, r.expires_at,
        END
 FROM T r WHERE r.key = $1`
 
-// Inspect returns what key holds, and whether it holds anything (a row
-// whose life is over but that is not swept yet is returned, with a TTL that
-// is not positive). It returns an error wrapping ErrUnreadable for a
-// record this version cannot read, with what could be read of the row.
-// The owner token is not reported.
-func (s *Store) Inspect(ctx context.Context, key string) (Row, bool, error) {
+// Inspect implements store.Inspector: it reads key's row, and probes the
+// owner of a claim committed with a lock as a claim would. A row whose life
+// is over but that is not swept yet is returned Expired, with a TTL that is
+// not positive. A key held by a request's transaction has no committed row:
+// it is returned in flight and Transactional, with only the time its
+// transaction began (when the server shows it), and Delete cannot free it.
+// A record this version cannot read is returned with an error wrapping
+// ErrUnreadable, with what could be read of the row. The owner token is not
+// reported (Fence holds it, for Delete).
+func (s *Store) Inspect(ctx context.Context, key string) (store.Entry, bool, error) {
 	var (
-		rw          Row
+		e           store.Entry
+		token       string
+		expiresAt   time.Time
 		fp, header  []byte
 		body        []byte
 		remaining   int64
@@ -72,8 +48,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (Row, bool, error) {
 		completedAt *time.Time
 		gone        *bool
 	)
-	err := s.pool.QueryRow(ctx, s.sql.inspect, key).Scan(&rw.token, &fp, &rw.CreatedAt, &rw.ExpiresAt, &remaining,
-		&lockID, &status, &header, &body, &omitted, &completedAt, &rw.Size, &gone)
+	err := s.pool.QueryRow(ctx, s.sql.inspect, key).Scan(&token, &fp, &e.CreatedAt, &expiresAt, &remaining,
+		&lockID, &status, &header, &body, &omitted, &completedAt, &e.Size, &gone)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && remaining <= 0) {
 		// No live row: the key may still be held by a request's
 		// transaction, whose claim is not committed.
@@ -82,30 +58,39 @@ func (s *Store) Inspect(ctx context.Context, key string) (Row, bool, error) {
 		}
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Row{}, false, nil
+		return store.Entry{}, false, nil
 	}
 	if err != nil {
-		return Row{}, false, fmt.Errorf("idemkey: postgres: inspect: %w", err)
+		return store.Entry{}, false, fmt.Errorf("idemkey: postgres: inspect: %w", err)
 	}
-	copy(rw.Fingerprint[:], fp)
-	rw.TTL = time.Duration(remaining) * time.Microsecond
-	rw.Transactional = lockID != nil
+	copy(e.Fingerprint[:], fp)
+	e.TTL = time.Duration(remaining) * time.Microsecond
+	e.Expired = remaining <= 0
+	e.Transactional = lockID != nil
 	if status == nil {
-		rw.State = store.InFlight
-		rw.OwnerGone = gone != nil && *gone
-		return rw, true, nil
+		e.State = store.InFlight
+		e.OwnerGone = gone != nil && *gone
+		e.Fence = fence(e.State, expiresAt, token)
+		return e, true, nil
 	}
-	rw.State = store.Completed
+	e.State = store.Completed
+	e.Fence = fence(e.State, expiresAt, token)
 	rec := &store.Record{Status: int(*status), Body: body, BodyOmitted: omitted != nil && *omitted,
-		Fingerprint: rw.Fingerprint, CreatedAt: rw.CreatedAt}
+		Fingerprint: e.Fingerprint, CreatedAt: e.CreatedAt}
 	if completedAt != nil {
 		rec.CompletedAt = *completedAt
 	}
-	rw.Record = rec
+	e.Record = rec
 	if rec.Header, err = decodeHeader(header); err != nil {
-		return rw, true, err
+		return e, true, err
 	}
-	return rw, true, nil
+	return e, true, nil
+}
+
+// fence is an Entry's Fence: what Delete compares, the row's state, expiry
+// (in microseconds, as the column holds it) and owner token.
+func fence(st store.State, expiresAt time.Time, token string) string {
+	return strconv.Itoa(int(st)) + ":" + strconv.FormatInt(expiresAt.UnixMicro(), 10) + ":" + token
 }
 
 // heldBySQL finds the transaction that holds a key's lock ($1), and when
@@ -120,32 +105,35 @@ LIMIT 1`
 // a claim that is not committed (so neither its fingerprint nor its life
 // can be read; CreatedAt is when the transaction began, when the server
 // shows it).
-func (s *Store) heldByTx(ctx context.Context, key string) (Row, bool, error) {
+func (s *Store) heldByTx(ctx context.Context, key string) (store.Entry, bool, error) {
 	l1, _ := s.locks(key, [32]byte{})
 	var began *time.Time
 	err := s.pool.QueryRow(ctx, heldBySQL, l1).Scan(&began)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Row{}, false, nil
+		return store.Entry{}, false, nil
 	}
 	if err != nil {
-		return Row{}, false, fmt.Errorf("idemkey: postgres: inspect: %w", err)
+		return store.Entry{}, false, fmt.Errorf("idemkey: postgres: inspect: %w", err)
 	}
-	rw := Row{State: store.InFlight, Transactional: true}
+	e := store.Entry{State: store.InFlight, Transactional: true}
 	if began != nil {
-		rw.CreatedAt = *began
+		e.CreatedAt = *began
 	}
-	return rw, true, nil
+	return e, true, nil
 }
 
-// Delete deletes key's row only while it is still the row seen was read
-// from (by Inspect: the same owner, state and expiry), so that an operator
-// deletes what they were shown. It reports whether it deleted it.
-//
-// Once a record is deleted, a retry with its key runs the handler again;
-// once a claim in flight is deleted, a retry runs the handler while the
-// first request may still be running.
-func (s *Store) Delete(ctx context.Context, key string, seen Row) (bool, error) {
-	tag, err := s.pool.Exec(ctx, s.sql.delete, key, seen.token, seen.ExpiresAt, seen.State == store.Completed)
+// Delete implements store.Inspector: it deletes key's row only while it is
+// still the row seen was read from (the same owner, state and expiry). A
+// key held by a request's transaction has no committed row to delete: end
+// the transaction instead (its backend's pg_terminate_backend).
+func (s *Store) Delete(ctx context.Context, key string, seen store.Entry) (bool, error) {
+	st, rest, ok1 := strings.Cut(seen.Fence, ":")
+	us, token, ok2 := strings.Cut(rest, ":")
+	micros, err := strconv.ParseInt(us, 10, 64)
+	if !ok1 || !ok2 || err != nil {
+		return false, nil // not a row's entry: nothing it names can be deleted
+	}
+	tag, err := s.pool.Exec(ctx, s.sql.delete, key, token, time.UnixMicro(micros), st == strconv.Itoa(int(store.Completed)))
 	if err != nil {
 		return false, fmt.Errorf("idemkey: postgres: delete: %w", err)
 	}
@@ -154,19 +142,17 @@ func (s *Store) Delete(ctx context.Context, key string, seen Row) (bool, error) 
 
 const deleteSQL = `DELETE FROM T WHERE key = $1 AND token = $2 AND expires_at = $3 AND (status IS NOT NULL) = $4`
 
-// TableStats describes the store's table, for operators' tools.
+// TableStats is the Detail of a PostgreSQL store's Stats: the table's
+// size and vacuum state.
 type TableStats struct {
-	// Rows counts the table's rows: Records kept, claims InFlight, and
-	// Expired rows of either kind whose life is over and that the sweeper
-	// has not deleted yet (counted in neither Records nor InFlight).
-	Rows, Records, InFlight, Expired int64
 	// Transactional counts the claims in flight committed by an earlier
 	// version of this package for a transactional request. A claim held
 	// by a request's transaction now is no row until it commits, and is
 	// not counted anywhere.
 	Transactional int64
 	// TableBytes is the table's size on disk (pg_table_size: the heap,
-	// its TOAST and free space), IndexBytes its indexes', TotalBytes both.
+	// its TOAST and free space), IndexBytes its indexes', TotalBytes both
+	// (Stats.Bytes).
 	TableBytes, IndexBytes, TotalBytes int64
 	// DeadRows is the table's dead row versions awaiting vacuum
 	// (pg_stat_user_tables.n_dead_tup, an estimate).
@@ -192,25 +178,32 @@ const sizeSQL = `SELECT pg_table_size(c.oid), pg_indexes_size(c.oid), pg_total_r
 FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 WHERE c.oid = $1::regclass`
 
-// Stats counts the table's rows (a scan of the whole table) and reports
-// its size and vacuum state.
-func (s *Store) Stats(ctx context.Context) (TableStats, error) {
-	var st TableStats
+// Stats implements store.Inspector: it counts the table's rows (a scan of
+// the whole table) into Records, InFlight and Expired (rows whose life is
+// over that the sweeper has not deleted yet), and reports the table's size
+// (Bytes: the table's and its indexes') and vacuum state in the
+// *TableStats of Detail.
+func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
+	var st store.Stats
+	var ts TableStats
+	var rows int64
 	var oldest, vac, autovac *time.Time
-	if err := s.pool.QueryRow(ctx, s.sql.stats).Scan(&st.Rows, &st.Records, &st.InFlight, &st.Expired, &st.Transactional, &oldest); err != nil {
-		return st, fmt.Errorf("idemkey: postgres: stats: %w", err)
+	if err := s.pool.QueryRow(ctx, s.sql.stats).Scan(&rows, &st.Records, &st.InFlight, &st.Expired, &ts.Transactional, &oldest); err != nil {
+		return store.Stats{}, fmt.Errorf("idemkey: postgres: stats: %w", err)
 	}
-	if err := s.pool.QueryRow(ctx, sizeSQL, s.table).Scan(&st.TableBytes, &st.IndexBytes, &st.TotalBytes, &st.DeadRows, &vac, &autovac); err != nil {
-		return st, fmt.Errorf("idemkey: postgres: stats: %w", err)
+	if err := s.pool.QueryRow(ctx, sizeSQL, s.table).Scan(&ts.TableBytes, &ts.IndexBytes, &ts.TotalBytes, &ts.DeadRows, &vac, &autovac); err != nil {
+		return store.Stats{}, fmt.Errorf("idemkey: postgres: stats: %w", err)
 	}
 	for _, t := range []struct {
 		dst *time.Time
 		src *time.Time
-	}{{&st.OldestExpiry, oldest}, {&st.LastVacuum, vac}, {&st.LastAutovacuum, autovac}} {
+	}{{&ts.OldestExpiry, oldest}, {&ts.LastVacuum, vac}, {&ts.LastAutovacuum, autovac}} {
 		if t.src != nil {
 			*t.dst = *t.src
 		}
 	}
+	st.Bytes = ts.TotalBytes
+	st.Detail = &ts
 	return st, nil
 }
 

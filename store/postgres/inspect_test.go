@@ -56,9 +56,13 @@ func TestInspectDeleteStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stats.Rows != 2 || stats.Records != 1 || stats.InFlight != 0 || stats.Expired != 1 || stats.Transactional != 0 ||
-		stats.TotalBytes < stats.TableBytes+stats.IndexBytes || stats.IndexBytes == 0 || stats.OldestExpiry.IsZero() {
-		t.Errorf("stats %+v", stats)
+	ts, _ := stats.Detail.(*postgres.TableStats)
+	if ts == nil {
+		t.Fatalf("stats %+v without *postgres.TableStats", stats)
+	}
+	if stats.Records+stats.InFlight+stats.Expired != 2 || stats.Records != 1 || stats.InFlight != 0 || stats.Expired != 1 || ts.Transactional != 0 ||
+		ts.TotalBytes < ts.TableBytes+ts.IndexBytes || ts.IndexBytes == 0 || ts.OldestExpiry.IsZero() || stats.Bytes != ts.TotalBytes {
+		t.Errorf("stats %+v %+v", stats, ts)
 	}
 	if want := (pgx.Identifier{table}).Sanitize(); st.Table() != want {
 		t.Errorf("Table() = %s", st.Table())

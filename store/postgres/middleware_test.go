@@ -137,7 +137,7 @@ func post(c *http.Client, url, key string, hdr ...string) answer {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return answer{status: resp.StatusCode, body: string(b), replayed: resp.Header.Get(middleware.HeaderReplayed) == "true", header: resp.Header, err: err}
+	return answer{status: resp.StatusCode, body: string(b), replayed: resp.Header.Get(idemkey.HeaderReplayed) == "true", header: resp.Header, err: err}
 }
 
 var client = &http.Client{Timeout: time.Minute}
@@ -333,7 +333,7 @@ func TestMiddlewareFlush(t *testing.T) {
 		t.Fatalf("%d payments", n)
 	}
 	again := post(client, srv.URL, key, "X-Flush", "1")
-	if again.status != 201 || !again.replayed || again.body != "" || again.header.Get(middleware.HeaderBodyOmitted) != "true" {
+	if again.status != 201 || !again.replayed || again.body != "" || again.header.Get(idemkey.HeaderBodyOmitted) != "true" {
 		t.Fatalf("the repeat: %d replayed=%v %q %v", again.status, again.replayed, again.body, again.header)
 	}
 }

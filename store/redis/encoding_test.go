@@ -140,8 +140,8 @@ func TestRecordV1Golden(t *testing.T) {
 		t.Errorf("version 1 record decoded with token %q", token)
 	}
 	sameRecord(t, got, sampleRecord())
-	if st, err := StateOf(string(golden[:1])); err != nil || st != store.Completed {
-		t.Errorf("StateOf(v1 record) = %v, %v", st, err)
+	if st, err := stateOf(string(golden[:1])); err != nil || st != store.Completed {
+		t.Errorf("stateOf(v1 record) = %v, %v", st, err)
 	}
 }
 
@@ -264,8 +264,8 @@ func TestClaimGolden(t *testing.T) {
 		if f.token != goldenToken || f.fingerprint != fp || !f.created.Equal(created) || !f.expires.Equal(c.expires) {
 			t.Errorf("%s: decoded %+v", c.path, f)
 		}
-		if st, err := StateOf(string(golden[:1])); err != nil || st != store.InFlight {
-			t.Errorf("%s: StateOf = %v, %v", c.path, st, err)
+		if st, err := stateOf(string(golden[:1])); err != nil || st != store.InFlight {
+			t.Errorf("%s: stateOf = %v, %v", c.path, st, err)
 		}
 	}
 }

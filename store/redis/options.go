@@ -11,6 +11,12 @@ import (
 // WithCallTimeout is not given.
 const DefaultCallTimeout = 300 * time.Millisecond
 
+// The defaults of WithScan.
+const (
+	DefaultScanCount  = 1000
+	DefaultScanSample = 10000
+)
+
 // Option configures a Store. New applies options in order (a later option
 // overrides an earlier one of the same kind) and returns an error naming
 // every invalid value and nil option; no option panics.
@@ -25,10 +31,12 @@ type config struct {
 	ctxTimeouts  *bool
 	autoPipeline bool
 	keyPrefix    string
+	scanCount    int64
+	scanSample   int64
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{callTimeout: DefaultCallTimeout}
+	c := config{callTimeout: DefaultCallTimeout, scanCount: DefaultScanCount, scanSample: DefaultScanSample}
 	return c, option.Apply("idemkey: redis", &c, opts)
 }
 
@@ -166,7 +174,7 @@ const MaxKeyPrefixLen = 64
 func WithKeyPrefix(prefix string) Option {
 	return func(c *config) error {
 		if err := ValidateKeyPrefix(prefix); err != nil {
-			return fmt.Errorf("WithKeyPrefix: %w", err)
+			return fmt.Errorf("WithKeyPrefix(%q): %w", prefix, err)
 		}
 		c.keyPrefix = prefix
 		return nil
@@ -191,4 +199,21 @@ func ValidateKeyPrefix(prefix string) error {
 		}
 	}
 	return nil
+}
+
+// WithScan sets how Stats walks the keys: count is the COUNT each SCAN
+// call asks for, and sample the most keys on each master whose memory it
+// measures with MEMORY USAGE (0 measures none; when there are more keys,
+// Stats estimates their memory from the mean). The store's requests never
+// scan: this is for operators' tools. Default DefaultScanCount (1000) and
+// DefaultScanSample (10000); count must be positive and sample not
+// negative.
+func WithScan(count, sample int64) Option {
+	return func(c *config) error {
+		if count <= 0 || sample < 0 {
+			return fmt.Errorf("WithScan(%d, %d): the count must be positive and the sample not negative", count, sample)
+		}
+		c.scanCount, c.scanSample = count, sample
+		return nil
+	}
 }

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"time"
@@ -11,33 +10,6 @@ import (
 
 	"github.com/idemkey/idemkey/store"
 )
-
-// The scripts that change a key after its claim. Each touches KEYS[1] alone
-// and runs with EVALSHA, falling back to EVAL when the server does not have
-// it cached (a restart, a failover, a new cluster node), so nothing is
-// loaded ahead. The claim itself is a plain SET ... NX GET.
-var (
-	//go:embed complete.lua
-	completeSource string
-	//go:embed release.lua
-	releaseSource string
-	//go:embed extend.lua
-	extendSource string
-
-	completeScript = newScript(completeSource)
-	releaseScript  = newScript(releaseSource)
-	extendScript   = newScript(extendSource)
-)
-
-// script is a Lua script and its SHA-1, as EVALSHA names it.
-type script struct{ src, sha string }
-
-func newScript(src string) script { return script{src: src, sha: goredis.NewScript(src).Hash()} }
-
-// ErrNotReplicated reports that fewer replicas than WithWaitReplicas asks
-// for acknowledged a claim in time. Claim returns it wrapped together with
-// store.ErrUnavailable, after releasing the claim.
-var ErrNotReplicated = errors.New("idemkey: redis: claim not acknowledged by enough replicas")
 
 // Store keeps claims and records in Redis, one string key per idempotency
 // key. It is safe for concurrent use. The client belongs to the caller, who
@@ -53,6 +25,8 @@ type Store struct {
 	evictWarn   bool
 	clock       *slotClock // the shared deadlines of this Store's calls
 	prefix      string     // WithKeyPrefix
+	scanCount   int64      // WithScan
+	scanSample  int64
 }
 
 var (
@@ -101,48 +75,9 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 		evictWarn:   cfg.evictionWarn,
 		clock:       newSlotClock(),
 		prefix:      cfg.keyPrefix,
+		scanCount:   cfg.scanCount,
+		scanSample:  cfg.scanSample,
 	}, nil
-}
-
-// contextTimeouts reports whether client says it stops socket reads and
-// writes at a context's deadline, through the Options method of the
-// go-redis clients (which a wrapper that embeds one has too). A client
-// that does not say is taken not to.
-func contextTimeouts(client goredis.UniversalClient) bool {
-	switch c := client.(type) {
-	case clientOptions:
-		return c.Options().ContextTimeoutEnabled
-	case clusterOptions:
-		return c.Options().ContextTimeoutEnabled
-	case ringOptions:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
-}
-
-// The go-redis clients' Options methods, which tell ContextTimeoutEnabled.
-type (
-	clientOptions  interface{ Options() *goredis.Options }
-	clusterOptions interface {
-		Options() *goredis.ClusterOptions
-	}
-	ringOptions interface{ Options() *goredis.RingOptions }
-)
-
-// Clients that can give a connection of their own to the master of a key.
-type (
-	connPinner interface{ Conn() *goredis.Conn }
-	nodePinner interface {
-		MasterForKey(ctx context.Context, key string) (*goredis.Client, error)
-	}
-)
-
-func canPin(client goredis.UniversalClient) bool {
-	switch client.(type) {
-	case connPinner, nodePinner:
-		return true
-	}
-	return false
 }
 
 // Claim claims key for c.Token with a life of c.TTL, or reports what holds
@@ -347,135 +282,4 @@ func millis(what string, d time.Duration) (int64, error) {
 		return 0, fmt.Errorf("idemkey: redis: %s %v, want > 0", what, d)
 	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond), nil
-}
-
-// processor sends a command: the client, or a connection pinned for WAIT.
-type processor interface {
-	Process(ctx context.Context, cmd goredis.Cmder) error
-}
-
-// run runs sc on key with args, within the call budget: EVALSHA, and EVAL
-// when the server does not have the script cached.
-func (s *Store) run(ctx context.Context, sc script, key string, args ...any) (any, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err // send nothing for a caller who has gone
-	}
-	ctx = s.clock.budget(ctx, s.timeout)
-	cmd := evalCmd(ctx, "evalsha", sc.sha, key, args)
-	err := s.exec(ctx, nil, cmd)
-	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = evalCmd(ctx, "eval", sc.src, key, args)
-		err = s.exec(ctx, nil, cmd)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return cmd.Val(), nil
-}
-
-// evalCmd returns the command that runs a script (name is "eval" or
-// "evalsha") on key, which go-redis routes by key in a cluster.
-func evalCmd(ctx context.Context, name, script, key string, args []any) *goredis.Cmd {
-	a := make([]any, 0, 4+len(args))
-	a = append(a, name, script, 1, key)
-	a = append(a, args...)
-	cmd := goredis.NewCmd(ctx, a...)
-	cmd.SetFirstKeyPos(3)
-	return cmd
-}
-
-// exec sends cmd, through conn when it is not nil (a connection pinned for
-// WAIT), and returns its error once it is answered or ctx (a call's
-// budget) is done, whichever comes first. After an error of ctx, cmd may
-// still be in flight: do not read it.
-func (s *Store) exec(ctx context.Context, conn *goredis.Conn, cmd goredis.Cmder) error {
-	var p processor = s.client
-	switch {
-	case conn != nil:
-		p = conn
-	case s.ap != nil:
-		// The pipeliner runs the command on its own context: wait for it
-		// no longer than the budget.
-		return s.ap.Submit(ctx, cmd).WaitContext(ctx)
-	}
-	if s.ctxTimeouts {
-		p.Process(ctx, cmd)
-		return cmd.Err()
-	}
-	_, err := bounded(ctx, func(ctx context.Context) (any, error) {
-		p.Process(ctx, cmd)
-		return nil, cmd.Err()
-	})
-	return err
-}
-
-// bounded runs f and returns its answer, or ctx's error as soon as ctx is
-// done, for clients that would otherwise block on a socket past the
-// deadline. An abandoned f finishes in the background.
-func bounded(ctx context.Context, f func(context.Context) (any, error)) (any, error) {
-	type answer struct {
-		v   any
-		err error
-	}
-	ch := make(chan answer, 1)
-	go func() {
-		v, err := f(ctx)
-		ch <- answer{v, err}
-	}()
-	select {
-	case a := <-ch:
-		return a.v, a.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// pin returns a connection of its own to the master that holds key, so
-// that WAIT follows the claim on the connection that wrote it.
-func (s *Store) pin(ctx context.Context, key string) (*goredis.Conn, error) {
-	switch c := s.client.(type) {
-	case connPinner:
-		return c.Conn(), nil
-	case nodePinner:
-		ctx, cancel := context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-		node, err := c.MasterForKey(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		return node.Conn(), nil
-	}
-	return nil, fmt.Errorf("cannot pin a connection on %T", s.client)
-}
-
-// waitReplicas sends WAIT after a claim on conn and releases the claim
-// when too few replicas acknowledge it. key is the Redis key name, the
-// prefix of WithKeyPrefix included.
-func (s *Store) waitReplicas(ctx context.Context, conn *goredis.Conn, key, token string) error {
-	wctx, cancel := context.WithTimeout(ctx, s.timeout+s.waitTimeout)
-	defer cancel()
-	wait := func(ctx context.Context) (any, error) {
-		return conn.Wait(ctx, s.wait, s.waitTimeout).Result()
-	}
-	var v any
-	var err error
-	if s.ctxTimeouts {
-		v, err = wait(wctx)
-	} else {
-		v, err = bounded(wctx, wait)
-	}
-	n, _ := v.(int64)
-	if err == nil && n >= int64(s.wait) {
-		return nil
-	}
-	if err == nil {
-		err = fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, n, s.wait, s.waitTimeout)
-	}
-	// The claim is not safe to act on: let the next request have the key.
-	// Release through the pool, not conn, which may be broken. If the
-	// release fails too, the claim lapses at the end of its life.
-	if rerr := s.release(context.WithoutCancel(ctx), key, token); rerr != nil && !errors.Is(rerr, store.ErrNotOwner) {
-		err = errors.Join(err, rerr)
-	}
-	return unavailable("claim", err)
 }

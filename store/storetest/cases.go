@@ -553,3 +553,55 @@ func race(n int, f func(i int)) {
 	close(start)
 	wg.Wait()
 }
+
+func testInspect(s *suite) {
+	in := s.inspector()
+	key, tok, fp := s.key("inspect"), newToken(), randomFP()
+	inspect := func(what string) (store.Entry, bool) {
+		s.t.Helper()
+		e, found, err := in.Inspect(s.ctx, key)
+		if err != nil {
+			s.t.Fatalf("Inspect of %s: %v", what, err)
+		}
+		return e, found
+	}
+	if _, found := inspect("a free key"); found {
+		s.t.Fatal("Inspect found a key nothing claimed")
+	}
+
+	s.claimed(key, tok, fp, s.long)
+	claim, found := inspect("a claim")
+	if !found || claim.State != store.InFlight || claim.Fingerprint != fp || claim.Record != nil ||
+		claim.CreatedAt.IsZero() || claim.TTL <= 0 || claim.TTL > s.long || claim.Expired || claim.NoExpiry {
+		s.t.Fatalf("Inspect of a claim = %+v, %v; want InFlight with its fingerprint and a life in (0, %v]", claim, found, s.long)
+	}
+
+	// The claim is completed: deleting the claim that was seen deletes
+	// nothing.
+	rec := newRecord(fp, "inspected")
+	s.complete(key, tok, rec, s.long)
+	if deleted, err := in.Delete(s.ctx, key, claim); deleted || err != nil {
+		s.t.Fatalf("Delete of a claim completed since it was seen = %v, %v; want false", deleted, err)
+	}
+	kept, found := inspect("a record")
+	if !found || kept.State != store.Completed || kept.Fingerprint != fp || kept.Record == nil {
+		s.t.Fatalf("Inspect of a record = %+v, %v; want Completed", kept, found)
+	}
+	checkRecord(s.t, kept.Record, rec)
+
+	st, err := in.Stats(s.ctx)
+	if err != nil || st.Records < 1 {
+		s.t.Fatalf("Stats = %+v, %v; want at least the one record", st, err)
+	}
+
+	if deleted, err := in.Delete(s.ctx, key, kept); !deleted || err != nil {
+		s.t.Fatalf("Delete of the record seen = %v, %v; want true", deleted, err)
+	}
+	if _, found := inspect("a deleted key"); found {
+		s.t.Fatal("the deleted record is still there")
+	}
+	if deleted, err := in.Delete(s.ctx, key, kept); deleted || err != nil {
+		s.t.Fatalf("a second Delete = %v, %v; want false", deleted, err)
+	}
+	s.claimed(key, newToken(), randomFP(), s.long)
+}

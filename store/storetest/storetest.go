@@ -57,6 +57,12 @@
 //     succeed), and distinct keys never see each other's records.
 //   - A call with a context that is already cancelled returns an error and
 //     changes nothing.
+//   - A store.Inspector's Inspect reports a free key as not found, a claim
+//     in flight with its fingerprint, creation time and a remaining life in
+//     (0, TTL], and a kept record as given; its Delete deletes only the
+//     entry that was seen (never one that replaced it), after which the
+//     key is free; its Stats counts the record. The Inspect subtest is
+//     skipped for a store that is not an Inspector.
 package storetest
 
 import (
@@ -120,6 +126,7 @@ var cases = []struct {
 	{"CompleteReleaseRace", testCompleteReleaseRace},
 	{"ManyKeys", testManyKeys},
 	{"CancelledContext", testCancelledContext},
+	{"Inspect", testInspect},
 }
 
 // suite is the state one subtest works with.
@@ -222,6 +229,17 @@ func (s *suite) extender() store.Extender {
 		s.t.Skipf("%T is not a store.Extender", s.st)
 	}
 	return ext
+}
+
+// inspector returns the store as a store.Inspector, and skips the subtest
+// when the store does not have that capability.
+func (s *suite) inspector() store.Inspector {
+	s.t.Helper()
+	in, ok := s.st.(store.Inspector)
+	if !ok {
+		s.t.Skipf("%T is not a store.Inspector", s.st)
+	}
+	return in
 }
 
 // notOwnerExtend checks that Extend answers ErrNotOwner, when the store can

@@ -236,8 +236,8 @@ func startTarget(cfg config, a *app) (*target, error) {
 		}
 		closers = append(closers, func() { mst.Close() })
 		t.keys = func() (int64, int64, error) {
-			st := mst.Stats()
-			return st.Entries, st.Bytes, nil
+			st, err := mst.Stats(context.Background())
+			return st.Records + st.InFlight + st.Expired, st.Bytes, err
 		}
 		st = mst
 	case "redis":

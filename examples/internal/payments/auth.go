@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/idemkey/idemkey/middleware"
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/scope"
 )
 
@@ -77,11 +77,11 @@ func user(r *http.Request) string {
 // middleware does not keep X-Request-Id.
 func RequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get(middleware.HeaderRequestID)
+		id := r.Header.Get(idemkey.HeaderRequestID)
 		if !visibleASCII(id, 200) {
 			id = uuid.NewString()
 		}
-		w.Header().Set(middleware.HeaderRequestID, id)
+		w.Header().Set(idemkey.HeaderRequestID, id)
 		next.ServeHTTP(w, r)
 	})
 }

@@ -5,12 +5,13 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/middleware"
 )
 
 // ProblemTypePrefix starts the type URI of the service's own problems; the
 // code follows. The idempotency middleware's problems have their own prefix,
-// middleware.ProblemTypePrefix.
+// idemkey.ProblemTypePrefix.
 const ProblemTypePrefix = "urn:idemkey:example:problem:"
 
 // The codes of the service's own problems.
@@ -47,7 +48,7 @@ const (
 // as the idempotency middleware's own errors. detail must not echo the
 // request.
 func writeProblem(w http.ResponseWriter, r *http.Request, status int, code, detail string) {
-	middleware.WriteProblem(w, r, middleware.Problem{
+	middleware.WriteProblem(w, r, idemkey.Problem{
 		Type:   ProblemTypePrefix + code,
 		Title:  http.StatusText(status),
 		Status: status,

@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/examples/internal/payments"
-	"github.com/idemkey/idemkey/middleware"
 )
 
 // startTimeout bounds how long the service may take to start or stop.
@@ -102,16 +102,16 @@ type reply struct {
 	Body   []byte
 }
 
-func (r reply) replayed() bool { return r.Header.Get(middleware.HeaderReplayed) == "true" }
+func (r reply) replayed() bool { return r.Header.Get(idemkey.HeaderReplayed) == "true" }
 
 // problem decodes a problem+json reply, failing the test when it is not
 // one or its status field disagrees with the response's.
-func (r reply) problem(t *testing.T) middleware.Problem {
+func (r reply) problem(t *testing.T) idemkey.Problem {
 	t.Helper()
 	if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
 		t.Fatalf("Content-Type %q, want application/problem+json; body %s", ct, r.Body)
 	}
-	var p middleware.Problem
+	var p idemkey.Problem
 	if err := json.Unmarshal(r.Body, &p); err != nil {
 		t.Fatalf("problem body %s: %v", r.Body, err)
 	}
@@ -176,7 +176,7 @@ func try(c *http.Client, base string, q req) (reply, error) {
 		r.Header.Set("Idempotency-Key", q.key)
 	}
 	if q.requestID != "" {
-		r.Header.Set(middleware.HeaderRequestID, q.requestID)
+		r.Header.Set(idemkey.HeaderRequestID, q.requestID)
 	}
 	resp, err := c.Do(r)
 	if err != nil {

@@ -201,7 +201,7 @@ func testLostReply(t *testing.T, routes payments.Routes, b backend) {
 	if got, want := rep.Header.Get("Location"), lost[0].Header.Get("Location"); got != want || want == "" {
 		t.Errorf("the replay's Location %q, the lost one %q", got, want)
 	}
-	if a, b := rep.Header.Get(middleware.HeaderRequestID), lost[0].Header.Get(middleware.HeaderRequestID); a == "" || a == b {
+	if a, b := rep.Header.Get(idemkey.HeaderRequestID), lost[0].Header.Get(idemkey.HeaderRequestID); a == "" || a == b {
 		t.Errorf("the replay's X-Request-Id %q, the first's %q: want the repeat's own", a, b)
 	}
 	for _, r := range lose.requests() {
@@ -348,7 +348,7 @@ func testChangedRequest(t *testing.T, routes payments.Routes, b backend) {
 	if same.Status != http.StatusCreated || !same.replayed() || !bytes.Equal(same.Body, first.Body) {
 		t.Errorf("the same payment, reformatted, got %d replayed=%v %s, want a replay", same.Status, same.replayed(), same.Body)
 	}
-	if id := same.Header.Get(middleware.HeaderRequestID); id != "req-again" {
+	if id := same.Header.Get(idemkey.HeaderRequestID); id != "req-again" {
 		t.Errorf("the replay's X-Request-Id %q, want the repeat's own %q", id, "req-again")
 	}
 	if ps := s.payments(); len(ps) != 1 {
@@ -730,7 +730,7 @@ func testRouteErrors(t *testing.T, routes payments.Routes, b backend) {
 	if rep.Status != http.StatusNotFound || rep.problem(t).Code != payments.CodeNotFound {
 		t.Errorf("GET /nowhere: %d %s, want 404 %s", rep.Status, rep.Body, payments.CodeNotFound)
 	}
-	if id := rep.Header.Get(middleware.HeaderRequestID); id != "req-404" {
+	if id := rep.Header.Get(idemkey.HeaderRequestID); id != "req-404" {
 		t.Errorf("X-Request-Id %q, want the request's own", id)
 	}
 	rep = s.do(req{method: http.MethodDelete, path: "/payments", key: newKey()})
