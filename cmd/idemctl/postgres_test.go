@@ -45,7 +45,9 @@ func newPGService(t *testing.T) *pgService {
 	if err := postgres.Migrate(ctx, pool, postgres.WithTable(table)); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()) })
+	t.Cleanup(func() {
+		pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()+"; DROP FUNCTION IF EXISTS "+pgx.Identifier{table + "_claim"}.Sanitize())
+	})
 	st, err := postgres.New(ctx, pool, postgres.WithTable(table), postgres.WithSweepInterval(0))
 	if err != nil {
 		t.Fatal(err)

@@ -317,3 +317,63 @@ func TestMiddlewareWaitReplays(t *testing.T) {
 		t.Fatalf("%d runs", n)
 	}
 }
+
+// TestClaimWithoutTheFunction: a table made by an earlier schema has no
+// claim function; the store claims with the inline statement instead, and
+// every path still holds.
+func TestClaimWithoutTheFunction(t *testing.T) {
+	pool := sharedPool(t)
+	ctx := context.Background()
+	table := newTable(t, pool)
+	if _, err := pool.Exec(ctx, "DROP FUNCTION "+pgx.Identifier{table + "_claim"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := postgres.New(ctx, pool, postgres.WithTable(table), postgres.WithSweepInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pay := newPayments(t, pool, table)
+	key, c := newKey(), newClaim(1)
+	tx := claimTx(t, st, key, c, store.Claimed)
+	claimTx(t, st, key, newClaim(1), store.InFlight)
+	if res, _, err := st.ClaimTx(ctx, key, newClaim(2)); err != nil || res.State != store.InFlight || res.Fingerprint == newClaim(2).Fingerprint {
+		t.Fatalf("another request: %v %v", res.State, err)
+	}
+	if err := pay.insert(tx.NewContext(ctx), key, "inline"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx, record("paid", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	res, _, err := st.ClaimTx(ctx, key, newClaim(1))
+	if err != nil || res.State != store.Completed || string(res.Record.Body) != "paid" {
+		t.Fatalf("the replay: %v %v", res.State, err)
+	}
+	if n := pay.count(t, key); n != 1 {
+		t.Fatalf("%d payments", n)
+	}
+}
+
+// TestNewConcurrently: instances that start together all pass New's check
+// of the server's advisory locks (each draws a lock of its own: a fixed one
+// made the others find it held, and refused a real server).
+func TestNewConcurrently(t *testing.T) {
+	pool := sharedPool(t)
+	_, table := newStore(t, pool)
+	errs := make(chan error, 16)
+	for range 16 {
+		go func() {
+			st, err := postgres.New(context.Background(), pool, postgres.WithTable(table), postgres.WithSweepInterval(0))
+			if err == nil {
+				st.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Errorf("New: %v", err)
+		}
+	}
+}

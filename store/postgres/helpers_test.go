@@ -140,7 +140,7 @@ func newTable(t testing.TB, pool *pgxpool.Pool) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
+		_, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize()+"; DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_claim"}.Sanitize())
 		if _, ok := errors.AsType[*pgconn.PgError](err); ok {
 			// (A server the test killed takes its tables with it.)
 			t.Logf("dropping the test's table %s: %v", name, err)

@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -43,7 +45,31 @@ func schemaFor(id pgx.Identifier) string {
 	}
 	index := pgx.Identifier{id[len(id)-1] + indexSuffix}.Sanitize()
 	s := strings.ReplaceAll(SchemaSQL, DefaultTable+indexSuffix, index)
+	s = strings.ReplaceAll(s, DefaultTable+claimSuffix+"(", claimFunc(id).Sanitize()+"(")
 	return strings.ReplaceAll(s, " "+DefaultTable+" ", " "+id.Sanitize()+" ")
+}
+
+// claimSuffix names the table's claim function: "<table>_claim".
+const claimSuffix = "_claim"
+
+// claimFunc is the claim function of the table id, in the table's schema.
+func claimFunc(id pgx.Identifier) pgx.Identifier {
+	f := append(pgx.Identifier(nil), id...)
+	f[len(f)-1] += claimSuffix
+	return f
+}
+
+// claimSignature is the claim function's argument list, as
+// to_regprocedure takes it.
+const claimSignature = "(text, text, bytea, bigint, bigint, bigint, text)"
+
+// hasClaimFunc reports whether the table's claim function exists (a
+// table made by an earlier version, or by a migration of its SQL, has
+// none: the store then claims with an inline statement).
+func hasClaimFunc(ctx context.Context, pool *pgxpool.Pool, table pgx.Identifier) (bool, error) {
+	var ok bool
+	err := pool.QueryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL", claimFunc(table).Sanitize()+claimSignature).Scan(&ok)
+	return ok, err
 }
 
 // migrateLock is the transaction-level advisory lock Migrate holds, so that
@@ -109,26 +135,42 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table pgx.Identifier) e
 var ErrLocksNotReal = errors.New("idemkey: postgres: this server's advisory locks are not real (a lock taken is not listed as held in pg_locks): the store cannot claim keys on it")
 
 // checkLocksSQL takes a transaction-scoped advisory lock and reports
-// whether the server lists it as held by this session.
-const checkLocksSQL = `SELECT pg_try_advisory_xact_lock($1::bigint) AND EXISTS (
+// whether the server lists it as held by this session; NULL when another
+// session holds that lock (draw another).
+const checkLocksSQL = `SELECT CASE WHEN pg_try_advisory_xact_lock($1::bigint) THEN EXISTS (
     SELECT FROM pg_locks l
     WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.granted AND l.objsubid = 1
-      AND l.classid = (($1::bigint >> 32) & 4294967295)::oid AND l.objid = ($1::bigint & 4294967295)::oid)`
+      AND l.classid = (($1::bigint >> 32) & 4294967295)::oid AND l.objid = ($1::bigint & 4294967295)::oid) END`
 
 // checkLocks fails with ErrLocksNotReal unless a transaction-scoped
 // advisory lock the store takes is really held: listed in pg_locks for
 // the session that took it, until its transaction ends. It runs one
-// statement, in a transaction of its own, so that it holds nothing after.
+// statement, in a transaction of its own, so that it holds nothing after;
+// the lock is drawn at random, so that instances starting together do not
+// meet on it.
 func checkLocks(ctx context.Context, pool *pgxpool.Pool) error {
-	var real bool
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, checkLocksSQL, int64(migrateLock)+1).Scan(&real)
-	})
-	if err != nil {
-		return fmt.Errorf("idemkey: postgres: checking the server's advisory locks: %w", err)
+	for range 5 {
+		var real *bool
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, checkLocksSQL, randomLock()).Scan(&real)
+		})
+		if err != nil {
+			return fmt.Errorf("idemkey: postgres: checking the server's advisory locks: %w", err)
+		}
+		if real == nil {
+			continue // another session holds the lock drawn
+		}
+		if !*real {
+			return ErrLocksNotReal
+		}
+		return nil
 	}
-	if !real {
-		return ErrLocksNotReal
-	}
-	return nil
+	return errors.New("idemkey: postgres: checking the server's advisory locks: every lock drawn was held by another session")
+}
+
+// randomLock draws an advisory lock id.
+func randomLock() int64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return int64(binary.BigEndian.Uint64(b[:]))
 }

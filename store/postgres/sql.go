@@ -187,6 +187,10 @@ FROM (SELECT count(*) AS n FROM kept) k`
 
 // statements are the SQL texts for one table.
 type statements struct {
+	// claimCall calls the table's claim function (schema.sql), which does
+	// what claim does with statements PostgreSQL keeps planned.
+	claimCall string
+
 	claim, complete, release, extend, keepTx, held, sweep string
 	inspect, delete, stats                                string
 }
@@ -199,6 +203,8 @@ func newStatements(table pgx.Identifier) statements {
 	name := table.Sanitize()
 	f := func(sql string) string { return tableWord.ReplaceAllLiteralString(sql, name) }
 	return statements{
+		claimCall: "SELECT r_kind, r_token, r_fingerprint, r_created_at, r_remaining, r_status, r_header, r_body, r_body_omitted, r_completed_at, r_same FROM " +
+			claimFunc(table).Sanitize() + "($1, $2, $3, $4, $5, $6, $7)",
 		claim:    f(claimSQL),
 		complete: f(completeSQL),
 		release:  f(releaseSQL),

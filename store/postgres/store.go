@@ -30,7 +30,10 @@ type Store struct {
 	timeout       time.Duration
 	commitTimeout time.Duration
 	begin         string // the BEGIN of a request's transaction
-	txOptions     pgx.TxOptions
+	// claimSQL is the claim: a call of the table's claim function, or,
+	// for a table made without one, the same claim as one statement.
+	claimSQL  string
+	txOptions pgx.TxOptions
 	// undo4xx: a kept 4xx rolls the handler's writes back to a savepoint
 	// (WithClientErrorWrites).
 	undo4xx    bool
@@ -80,9 +83,23 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	if err := checkLocks(ctx, pool); err != nil {
 		return nil, err
 	}
+	byFunc, err := hasClaimFunc(ctx, pool, cfg.table)
+	if err != nil {
+		return nil, fmt.Errorf("idemkey: postgres: checking table %s: %w", cfg.table.Sanitize(), err)
+	}
+	if !byFunc {
+		slog.Warn("idemkey: postgres: the table has no claim function (it was made by an earlier version's schema): claims work, but cost PostgreSQL a plan each where statements are not kept prepared; run postgres.Migrate, or apply postgres.SchemaSQL (or Schema) again",
+			"table", cfg.table.Sanitize(), "function", claimFunc(cfg.table).Sanitize())
+	}
+	sql := newStatements(cfg.table)
+	claim := sql.claim
+	if byFunc {
+		claim = sql.claimCall
+	}
 	s := &Store{
 		pool:          pool,
-		sql:           newStatements(cfg.table),
+		sql:           sql,
+		claimSQL:      claim,
 		table:         cfg.table.Sanitize(),
 		timeout:       cfg.callTimeout,
 		commitTimeout: cfg.commitTimeout,
@@ -168,7 +185,7 @@ func (r *row) scan(rows pgx.Rows) error {
 func (s *Store) queryClaim(ctx context.Context, q querier, key string, c store.Claim, life int64) (row, bool, error) {
 	l1, l2 := s.locks(key, c.Fingerprint)
 	timeout := strconv.FormatInt((c.TTL + time.Millisecond - 1).Milliseconds(), 10)
-	rows, err := q.Query(ctx, s.sql.claim, key, c.Token, c.Fingerprint[:], life, l1, l2, timeout)
+	rows, err := q.Query(ctx, s.claimSQL, key, c.Token, c.Fingerprint[:], life, l1, l2, timeout)
 	if err != nil {
 		return row{}, false, err
 	}

@@ -104,7 +104,9 @@ func TestSchema(t *testing.T) {
 func TestMigrateConcurrently(t *testing.T) {
 	pool := sharedPool(t)
 	name := "idemkey_test_migrate_" + strings.ToLower(newKey()[len(store.KeyPrefix)+1:][:8])
-	t.Cleanup(func() { pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+name) })
+	t.Cleanup(func() {
+		pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+name+"; DROP FUNCTION IF EXISTS "+name+"_claim")
+	})
 	errs := make(chan error, 8)
 	for range 8 {
 		go func() { errs <- postgres.Migrate(context.Background(), pool, postgres.WithTable(name)) }()

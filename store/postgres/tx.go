@@ -107,7 +107,7 @@ func (s *Store) claimTx(ctx context.Context, conn *pgxpool.Conn, key string, c s
 	l1, l2 := s.locks(key, c.Fingerprint)
 	b := &pgx.Batch{}
 	b.Queue(s.begin)
-	b.Queue(s.sql.claim, key, c.Token, c.Fingerprint[:], (holdLife + c.TTL).Microseconds(), l1, l2, timeoutText(c.TTL))
+	b.Queue(s.claimSQL, key, c.Token, c.Fingerprint[:], (holdLife + c.TTL).Microseconds(), l1, l2, timeoutText(c.TTL))
 	if s.undo4xx {
 		b.Queue("SAVEPOINT " + savepoint)
 	}
