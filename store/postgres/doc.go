@@ -125,7 +125,7 @@
 // # Statements and round trips
 //
 //	path                                  round trips
-//	ClaimTx: first run                     1  BEGIN, the claim (one INSERT ... ON CONFLICT that looks at the row and takes the locks), SAVEPOINT
+//	ClaimTx: first run                     1  BEGIN, the claim (a call of the table's claim function), SAVEPOINT
 //	handler's statements                   1 each
 //	Tx.Commit                              1  pipeline: the fenced UPDATE that keeps the record, COMMIT
 //	Tx.Rollback                            1  ROLLBACK
@@ -184,12 +184,29 @@
 // deadlines end them. Read through the request's transaction too, or from
 // a pool of its own.
 //
+// # The table and its claim function
+//
+// One row per idempotency key (SchemaSQL): the store key (a digest, never
+// the raw key), the owner token, the fingerprint, when it was claimed and
+// when it expires (both on the database's clock), and the kept response
+// (NULL while in flight). Beside it, a PL/pgSQL function "<table>_claim"
+// makes the claim: its statements are planned once per server session and
+// kept, where the same claim as one statement costs the server about half
+// a millisecond of planning on every call that is not kept prepared (pgx
+// in exec mode, behind a transaction-mode pooler). Migrate creates both
+// for services without a migration tool; with goose, golang-migrate or
+// Atlas, put SchemaSQL (or what Schema returns for another name) in a
+// migration of your own. New fails, saying how to create it, when the
+// table is missing, and warns (and claims with the one statement) when the
+// function is: a table made by an earlier version's schema has none.
+//
 // # Upgrading from a version with session locks
 //
 // Earlier versions committed a transactional claim as a row with a lock id
-// and held a session advisory lock on it. The schema is unchanged, so old
-// and new instances can run side by side during a rolling upgrade, and no
-// key runs twice: a new instance answers an old instance's committed claim
+// and held a session advisory lock on it. The table is unchanged (the
+// schema adds the claim function: run Migrate or apply SchemaSQL again,
+// before or after the new instances start), so old and new instances can
+// run side by side during a rolling upgrade, and no key runs twice: a new instance answers an old instance's committed claim
 // in flight until its life ends (it no longer takes over a gone owner's
 // claim early), and an old instance that meets a new instance's
 // uncommitted claim waits for its transaction (its claim's budget, then
