@@ -235,7 +235,9 @@ func (r *row) result(c store.Claim) (store.Result, error) {
 		res.ClaimedAt, res.TTL = time.Now(), c.TTL
 		if r.createdAt != nil {
 			res.ClaimedAt = *r.createdAt
-			res.TTL = max(c.TTL-time.Since(res.ClaimedAt), time.Second)
+			// The holder's clock (the server's) and this one may
+			// disagree: never more than the claim's own life.
+			res.TTL = min(max(c.TTL-time.Since(res.ClaimedAt), time.Second), c.TTL)
 		}
 		return res, nil
 	}
