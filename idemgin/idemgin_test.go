@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -21,14 +22,14 @@ import (
 func init() { gin.SetMode(gin.TestMode) }
 
 // newMiddleware is idemkey over a fresh memory store.
-func newMiddleware(t *testing.T) *middleware.Middleware {
+func newMiddleware(t *testing.T, opts ...middleware.Option) *middleware.Middleware {
 	t.Helper()
 	st, err := memory.New()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	mw, err := middleware.New(st)
+	mw, err := middleware.New(st, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +282,14 @@ func TestStream(t *testing.T) {
 // A handler can hijack the connection before it wrote a body byte (a
 // hijacked connection is never kept: the retry runs again), not after.
 func TestHijack(t *testing.T) {
-	mw := newMiddleware(t)
+	// The client reads the hijacked answer before the handler returns and
+	// the key is released: the next request waits for the release.
+	released := make(chan struct{}, 4)
+	mw := newMiddleware(t, middleware.WithObserver(func(_ *http.Request, e middleware.Event) {
+		if e.Kind == middleware.EventReleased {
+			released <- struct{}{}
+		}
+	}))
 	var runs atomic.Int32
 	r := gin.New()
 	r.POST("/upgrade", idemgin.Handler(mw.Required()), func(c *gin.Context) {
@@ -313,6 +321,11 @@ func TestHijack(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusTeapot {
 			t.Errorf("hijacked: %d, want the handler's own 418", resp.StatusCode)
+		}
+		select {
+		case <-released:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the hijacked request's key was never released")
 		}
 	}
 	if n := runs.Load(); n != 2 {
