@@ -119,7 +119,8 @@ type attempt struct {
 	keyless bool
 	// While the attempt owns the key:
 	own   owner
-	ended bool // the record was kept, or the claim released
+	plain claimTx // own, for a plain store
+	ended bool    // the record was kept, or the claim released
 	// sawInFlight: this request found its key running for its own request
 	// (and waits on it): a store failure then never fails open.
 	sawInFlight bool

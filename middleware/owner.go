@@ -38,7 +38,10 @@ func (m *Middleware) claim(ctx context.Context, a *attempt) (store.Result, owner
 	if err != nil || (res.State != store.Claimed && res.State != store.Mine) {
 		return res, nil, err
 	}
-	c := &claimTx{m: m, r: a.r, skey: a.skey, digest: a.digest, token: a.claim.Token, ttl: a.claim.TTL}
+	// The claim's transaction lives in the attempt: no allocation of its
+	// own.
+	a.plain = claimTx{m: m, r: a.r, skey: a.skey, digest: a.digest, token: a.claim.Token, ttl: a.claim.TTL}
+	c := &a.plain
 	if m.ext != nil {
 		m.beats.hold(m, c, a.start)
 	}
