@@ -93,17 +93,21 @@ type Event struct {
 // An Observer receives every decision with the request it concerns (its
 // context is there for adapters), on the request goroutine, except for a
 // heartbeat's events (EventStoreError, EventOwnershipLost while the
-// handler runs), which come from a timer's.
+// handler runs), which come from a timer's, and the EventStoreError of a
+// background release of a claim whose reply was lost, which comes from
+// that release's goroutine, possibly after the request has ended. An
+// Observer must be safe for concurrent use.
 type Observer func(r *http.Request, e Event)
 
 // SlogObserver returns an Observer that logs each event to l: store errors,
-// lost ownership and invalid routes at Warn, refusals (409, 422, 400, 413) at Info, the
+// lost ownership, invalid routes and missing scopes (a service's
+// misconfiguration) at Warn, refusals (409, 422, 400, 413) at Info, the
 // rest at Debug. It logs the key digest, never the key or the body.
 func SlogObserver(l *slog.Logger) Observer {
 	return func(r *http.Request, e Event) {
 		level := slog.LevelDebug
 		switch e.Kind {
-		case EventStoreError, EventOwnershipLost, EventStoreFull, EventRouteInvalid:
+		case EventStoreError, EventOwnershipLost, EventStoreFull, EventRouteInvalid, EventScopeMissing:
 			level = slog.LevelWarn
 		case EventInFlight, EventKeyReused, EventKeyMissing, EventKeyInvalid, EventRequestTooLarge, EventBodyUnreadable:
 			level = slog.LevelInfo

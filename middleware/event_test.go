@@ -96,3 +96,17 @@ func TestEventsAfterAClaimCarryItsLatency(t *testing.T) {
 		t.Fatalf("events seen %v", seen)
 	}
 }
+
+// TestSlogObserverWarnsOfAMissingScope: a scope function that names no
+// scope is the service's misconfiguration, logged at Warn like a store
+// error, not at Debug.
+func TestSlogObserverWarnsOfAMissingScope(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	f := newFixture(t, middleware.WithObserver(middleware.SlogObserver(log)),
+		middleware.WithScope(func(*http.Request) string { return "" }))
+	serve(f.mw.Required()(&counter{}), post("k", `{}`))
+	if !strings.Contains(buf.String(), `"event":"scope_missing"`) {
+		t.Fatalf("no scope_missing at Warn in:\n%s", buf.String())
+	}
+}
