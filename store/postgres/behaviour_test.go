@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkey/idemkey/internal/pgtest"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/postgres"
@@ -376,4 +377,19 @@ func TestNewConcurrently(t *testing.T) {
 			t.Errorf("New: %v", err)
 		}
 	}
+}
+
+// TestStatementPoolerIsRefused: a pooler in statement mode refuses the
+// transactions the store runs: New fails at start (its check of the
+// server's locks is a transaction), rather than every request later.
+func TestStatementPoolerIsRefused(t *testing.T) {
+	b := pgtest.StartPgBouncer(t, pgtest.Shared(t), pgtest.PoolMode("statement"))
+	table := newTable(t, sharedPool(t))
+	pool := newPool(t, b.URL+"&default_query_exec_mode=exec", 4)
+	st, err := postgres.New(context.Background(), pool, postgres.WithTable(table), postgres.WithSweepInterval(0))
+	if err == nil {
+		st.Close()
+		t.Fatal("New through a pooler in statement mode succeeded")
+	}
+	t.Logf("New through a statement pooler: %v", err)
 }

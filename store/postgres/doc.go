@@ -104,7 +104,7 @@
 //	direct connection            works
 //	pooler in session mode       works
 //	pooler in transaction mode   works (PgBouncer pool_mode=transaction, hosted poolers); see below
-//	pooler in statement mode     does not: a multi-statement transaction is refused
+//	pooler in statement mode     does not: New fails (the pooler refuses transactions)
 //
 // Behind a transaction-mode pooler without support for prepared statements
 // (PgBouncer before 1.21, or max_prepared_statements = 0), connect pgx
