@@ -55,7 +55,10 @@
 // or a panic the key stays held for 24 hours (repeats get 409; idemctl
 // delete frees it), so that a retry cannot make the writes twice. A
 // handler that rolls it back itself takes its claim with it: the key is
-// free, and the answer is 503. A hijacked connection rolls the transaction
+// free (a retry may run while the handler goes on), the answer is 503, and
+// the transaction refuses the handler's later statements (pgx.ErrTxClosed),
+// which would otherwise commit on their own. A statement sent on Conn()
+// directly is beyond that guard. A hijacked connection rolls the transaction
 // back: do not hijack on a transactional route. pgx may add methods to
 // pgx.Tx in a minor release; the transaction Tx returns implements the
 // interface at the pgx version in go.mod, and a newer pgx that adds one

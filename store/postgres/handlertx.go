@@ -32,8 +32,10 @@ type txKey struct{}
 //
 // The transaction is a pgx.Tx with two differences. Its Commit and
 // Rollback do nothing and return ErrTxManaged: answer a 5xx (or panic) to
-// roll back. And it ends when the handler returns: later use returns
-// pgx.ErrTxClosed. Never run COMMIT or ROLLBACK through it as SQL. Begin
+// roll back. And it ends when the handler returns, or when the handler
+// ends it with COMMIT or ROLLBACK as SQL: later use returns
+// pgx.ErrTxClosed, so that nothing the handler writes after commits on its
+// own, outside the claim. Never run COMMIT or ROLLBACK through it as SQL. Begin
 // starts a savepoint, as pgx's does, whose Commit and Rollback work.
 func Tx(ctx context.Context) pgx.Tx {
 	h, _ := ctx.Value(txKey{}).(*handlerTx)
@@ -65,10 +67,28 @@ var _ pgx.Tx = (*handlerTx)(nil)
 // close ends the handler's use of the transaction.
 func (h *handlerTx) close() { h.closed.Store(true) }
 
+// open reports whether the handler may still use the transaction: it has
+// not returned, and it has not ended the transaction itself (a COMMIT or
+// ROLLBACK sent as SQL leaves the connection outside a transaction). After
+// the handler's own ROLLBACK the claim is gone with it and a retry may be
+// running the key: a statement sent now would commit on its own, outside
+// any claim, so from then on every statement is refused with
+// pgx.ErrTxClosed.
+func (h *handlerTx) open() bool {
+	if h.closed.Load() {
+		return false
+	}
+	if h.conn.PgConn().TxStatus() == 'I' {
+		h.closed.Store(true)
+		return false
+	}
+	return true
+}
+
 // Begin starts a savepoint: a pseudo nested transaction whose Commit
 // releases it and whose Rollback rolls back to it.
 func (h *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if h.closed.Load() {
+	if !h.open() {
 		return nil, pgx.ErrTxClosed
 	}
 	h.savepoints++
@@ -82,7 +102,7 @@ func (h *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
 // Commit does nothing and returns ErrTxManaged (pgx.ErrTxClosed once the
 // handler has returned).
 func (h *handlerTx) Commit(context.Context) error {
-	if h.closed.Load() {
+	if !h.open() {
 		return pgx.ErrTxClosed
 	}
 	return ErrTxManaged
@@ -91,21 +111,21 @@ func (h *handlerTx) Commit(context.Context) error {
 // Rollback does nothing and returns ErrTxManaged (pgx.ErrTxClosed once the
 // handler has returned), so that a deferred Rollback is harmless.
 func (h *handlerTx) Rollback(context.Context) error {
-	if h.closed.Load() {
+	if !h.open() {
 		return pgx.ErrTxClosed
 	}
 	return ErrTxManaged
 }
 
 func (h *handlerTx) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
-	if h.closed.Load() {
+	if !h.open() {
 		return 0, pgx.ErrTxClosed
 	}
 	return h.conn.CopyFrom(ctx, tableName, columnNames, rowSrc)
 }
 
 func (h *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if h.closed.Load() {
+	if !h.open() {
 		return errBatch{pgx.ErrTxClosed}
 	}
 	return h.conn.SendBatch(ctx, b)
@@ -117,7 +137,7 @@ func (h *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 // warning and ignores, and the large objects then run in the request's
 // transaction.
 func (h *handlerTx) LargeObjects() pgx.LargeObjects {
-	if h.lo == nil && !h.closed.Load() {
+	if h.lo == nil && h.open() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if tx, err := h.conn.BeginTx(ctx, h.opts); err == nil {
@@ -131,28 +151,28 @@ func (h *handlerTx) LargeObjects() pgx.LargeObjects {
 }
 
 func (h *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if h.closed.Load() {
+	if !h.open() {
 		return nil, pgx.ErrTxClosed
 	}
 	return h.conn.Prepare(ctx, name, sql)
 }
 
 func (h *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if h.closed.Load() {
+	if !h.open() {
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
 	}
 	return h.conn.Exec(ctx, sql, args...)
 }
 
 func (h *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if h.closed.Load() {
+	if !h.open() {
 		return errRows{pgx.ErrTxClosed}, pgx.ErrTxClosed
 	}
 	return h.conn.Query(ctx, sql, args...)
 }
 
 func (h *handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if h.closed.Load() {
+	if !h.open() {
 		return &oneRow{err: pgx.ErrTxClosed}
 	}
 	return h.conn.QueryRow(ctx, sql, args...)

@@ -365,3 +365,37 @@ func TestHandlerTxLargeObjectsKeepTheIsolationLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHandlerTxRolledBackByTheHandler: a handler that rolls the request's
+// transaction back itself (ROLLBACK as SQL) takes its claim with it, so a
+// retry may claim the key and run while the handler goes on. What the
+// handler then writes through the transaction must not commit on its own,
+// outside any claim: it is refused, and there is one payment, the retry's.
+func TestHandlerTxRolledBackByTheHandler(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	key, tx, ctx, h := handlerTx(t, st)
+	if err := pay.insert(ctx, key, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	retry := claimTx(t, st, key, newClaim(1), store.Claimed)
+	if err := pay.insert(retry.NewContext(context.Background()), key, "retry"); err != nil {
+		t.Fatal(err)
+	}
+	if err := retry.Commit(context.Background(), record("retry", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := pay.insert(ctx, key, "after its own rollback"); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Errorf("a write through the transaction after the handler's ROLLBACK: %v, want pgx.ErrTxClosed", err)
+	}
+	if err := tx.Commit(context.Background(), record("first", 1), time.Minute); err == nil {
+		t.Error("the commit of a transaction the handler rolled back reported success")
+	}
+	if got := pay.madeBy(t, key); len(got) != 1 || got[0] != "retry" {
+		t.Fatalf("payments %v, want the retry's alone", got)
+	}
+}
