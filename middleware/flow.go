@@ -95,7 +95,7 @@ func (h *handler) runKeyless(w http.ResponseWriter, r *http.Request) {
 		m.refuse(w, r, Event{Kind: EventStoreError, StoreLatency: time.Since(a.start), Err: err}, problemUnavailable, 1)
 		return
 	}
-	a.own = txOwner{tx}
+	a.own = a.ownTx(tx)
 	a.run()
 }
 
@@ -120,6 +120,7 @@ type attempt struct {
 	// While the attempt owns the key:
 	own   owner
 	plain claimTx // own, for a plain store
+	tx    txOwner // own, for a transactional store
 	ended bool    // the record was kept, or the claim released
 	// sawInFlight: this request found its key running for its own request
 	// (and waits on it): a store failure then never fails open.
@@ -257,9 +258,9 @@ func (a *attempt) wait() (claimOutcome, bool) {
 // request's context ended.
 func (a *attempt) pause(left, pause time.Duration) bool {
 	m := a.h.m
-	if w, ok := m.store.(store.Waiter); ok {
+	if m.waiter != nil {
 		ctx, cancel := context.WithTimeout(a.r.Context(), left)
-		waited, err := w.Wait(ctx, a.skey, a.claim)
+		waited, err := m.waiter.Wait(ctx, a.skey, a.claim)
 		cancel()
 		if a.r.Context().Err() != nil {
 			return false

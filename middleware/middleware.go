@@ -107,8 +107,10 @@ type Middleware struct {
 	store store.Store
 	ext   store.Extender // store as an Extender, when it is one
 	tx    store.TxStore  // store as a TxStore, when it is one
-	cfg   *config
-	cache *replayCache // nil unless WithLocalCache
+	// waiter is the store as a Waiter, when it is one.
+	waiter store.Waiter
+	cfg    *config
+	cache  *replayCache // nil unless WithLocalCache
 	// abandoned bounds the background releases of claims whose reply was
 	// lost to a store failure.
 	abandoned chan struct{}
@@ -132,6 +134,7 @@ func New(st store.Store, opts ...Option) (*Middleware, error) {
 	m := &Middleware{store: st, cfg: cfg, abandoned: make(chan struct{}, maxAbandoned)}
 	m.ext, _ = st.(store.Extender)
 	m.tx, _ = st.(store.TxStore)
+	m.waiter, _ = st.(store.Waiter)
 	if cfg.cacheSize > 0 {
 		m.cache = newReplayCache(cfg.cacheSize, cfg.cacheTTL)
 	}

@@ -32,7 +32,7 @@ func (m *Middleware) claim(ctx context.Context, a *attempt) (store.Result, owner
 		if err != nil || tx == nil {
 			return res, nil, err
 		}
-		return res, txOwner{tx}, nil
+		return res, a.ownTx(tx), nil
 	}
 	res, err := m.store.Claim(ctx, a.skey, a.claim)
 	if err != nil || (res.State != store.Claimed && res.State != store.Mine) {
@@ -51,8 +51,15 @@ func (m *Middleware) claim(ctx context.Context, a *attempt) (store.Result, owner
 // txOwner is a store.TxStore's transaction.
 type txOwner struct{ store.Tx }
 
-func (txOwner) atomic() bool { return true }
-func (txOwner) done()        {}
+// ownTx makes tx the attempt's owner, kept in the attempt: no allocation
+// of its own.
+func (a *attempt) ownTx(tx store.Tx) owner {
+	a.tx = txOwner{tx}
+	return &a.tx
+}
+
+func (*txOwner) atomic() bool { return true }
+func (*txOwner) done()        {}
 
 // claimTx is a plain store's claim seen as a transaction: the handler's
 // context is unchanged, Commit completes the claim with the record, and

@@ -100,9 +100,7 @@ type PgBouncer struct {
 	bin  string
 	cfg  pgbouncerConfig
 	cred *syscall.Credential
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	proc
 }
 
 // PgBouncerOption sets up a PgBouncer started by StartPgBouncer or
@@ -414,11 +412,7 @@ func (b *PgBouncer) run(serverURL string, port int) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	b.mu.Lock()
-	b.cmd, b.done = cmd, done
-	b.mu.Unlock()
+	done := b.watch(cmd)
 	deadline := time.Now().Add(startTimeout)
 	for {
 		select {
@@ -461,25 +455,6 @@ func (b *PgBouncer) ping(ctx context.Context) error {
 	return c.QueryRow(ctx, "SELECT 1").Scan(&one)
 }
 
-// PID returns the pgbouncer process's id, or 0 after it exited.
-func (b *PgBouncer) PID() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.cmd == nil || b.exited() {
-		return 0
-	}
-	return b.cmd.Process.Pid
-}
-
-func (b *PgBouncer) exited() bool {
-	select {
-	case <-b.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // Kill ends pgbouncer with SIGKILL and waits until it has exited and been
 // reaped: every client connection and every server connection it held is
 // closed, and the server ends those sessions (and their transactions) as
@@ -499,9 +474,7 @@ func (b *PgBouncer) Close() {
 // stop sends sig and waits up to grace for the exit, then sends SIGKILL and
 // waits for it.
 func (b *PgBouncer) stop(sig syscall.Signal, grace time.Duration) {
-	b.mu.Lock()
-	cmd, done := b.cmd, b.done
-	b.mu.Unlock()
+	cmd, done := b.current()
 	if cmd == nil {
 		return
 	}

@@ -147,9 +147,7 @@ type Server struct {
 	bin      string
 	settings []string
 	cred     *syscall.Credential
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	done     chan struct{} // closed when cmd has exited
+	proc
 }
 
 // Start starts a cluster of the test's own on a free loopback port and
@@ -327,11 +325,7 @@ func (s *Server) run(port int) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	s.mu.Lock()
-	s.cmd, s.done = cmd, done
-	s.mu.Unlock()
+	done := s.watch(cmd)
 	deadline := time.Now().Add(startTimeout)
 	for {
 		select {
@@ -353,32 +347,11 @@ func (s *Server) run(port int) error {
 	}
 }
 
-// PID returns the postmaster's process id, or 0 after it exited.
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil || s.exited() {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
-
-func (s *Server) exited() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // Kill ends the postmaster and every backend with SIGKILL, as a crash of
 // the machine would, and waits for the postmaster to exit. Killing a
 // cluster that is not running does nothing.
 func (s *Server) Kill() {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.mu.Unlock()
+	cmd, done := s.current()
 	if cmd == nil {
 		return
 	}

@@ -6,11 +6,9 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkey/idemkey/internal/pgtest"
@@ -21,7 +19,7 @@ import (
 // proxied returns a pool of one connection to the shared server through a
 // proxy that counts round trips, and a tracer on the pool that counts them
 // as pgx makes them.
-func proxied(t *testing.T) (*pgxpool.Pool, *pgtest.Proxy, *tripTracer) {
+func proxied(t *testing.T) (*pgxpool.Pool, *pgtest.Proxy, *pgtest.Trips) {
 	t.Helper()
 	url := sharedURL(t)
 	cfg, err := pgxpool.ParseConfig(url)
@@ -33,7 +31,7 @@ func proxied(t *testing.T) (*pgxpool.Pool, *pgtest.Proxy, *tripTracer) {
 	n, _ := strconv.Atoi(port)
 	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(n)
 	cfg.MaxConns = 1
-	tr := &tripTracer{}
+	tr := &pgtest.Trips{}
 	cfg.ConnConfig.Tracer = tr
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
@@ -42,27 +40,6 @@ func proxied(t *testing.T) (*pgxpool.Pool, *pgtest.Proxy, *tripTracer) {
 	t.Cleanup(pool.Close)
 	return pool, p, tr
 }
-
-// tripTracer counts the round trips pgx makes: each query, batch and
-// prepare is one.
-type tripTracer struct{ n atomic.Int64 }
-
-func (c *tripTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *tripTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (c *tripTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *tripTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (c *tripTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-func (c *tripTracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *tripTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
 
 // TestRoundTrips counts the round trips of every path through a proxy, on
 // one warm connection (each path runs once before it is counted, so that
@@ -93,14 +70,14 @@ func TestRoundTrips(t *testing.T) {
 		var got, wire int64
 		for range 2 {
 			v := setup()
-			before, wireBefore := trips.n.Load(), proxy.Turns()
+			before, wireBefore := trips.Count(), proxy.Turns()
 			done := f(v)
 			if done == nil {
 				for deadline := time.Now().Add(5 * time.Second); pool.Stat().AcquiredConns() != 0 && time.Now().Before(deadline); {
 					time.Sleep(time.Millisecond)
 				}
 			}
-			got, wire = trips.n.Load()-before, proxy.Turns()-wireBefore
+			got, wire = trips.Count()-before, proxy.Turns()-wireBefore
 			if done != nil {
 				done()
 			}

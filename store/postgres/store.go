@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -183,9 +181,7 @@ func (r *row) scan(rows pgx.Rows) error {
 // queryClaim runs the claim statement on q and returns its row, or false
 // when it returned none (it raced a commit: ask again).
 func (s *Store) queryClaim(ctx context.Context, q querier, key string, c store.Claim, life int64) (row, bool, error) {
-	l1, l2 := s.locks(key, c.Fingerprint)
-	timeout := strconv.FormatInt((c.TTL + time.Millisecond - 1).Milliseconds(), 10)
-	rows, err := q.Query(ctx, s.claimSQL, key, c.Token, c.Fingerprint[:], life, l1, l2, timeout)
+	rows, err := q.Query(ctx, s.claimSQL, s.claimArgs(key, c, life)...)
 	if err != nil {
 		return row{}, false, err
 	}
@@ -201,17 +197,32 @@ func (s *Store) queryClaim(ctx context.Context, q querier, key string, c store.C
 	return r, true, rows.Err()
 }
 
+// claimArgs are the arguments of the claim (claimSQL, or the table's
+// claim function) for key and c, the row living life microseconds.
+func (s *Store) claimArgs(key string, c store.Claim, life int64) []any {
+	l1, l2 := s.locks(key, c.Fingerprint)
+	return []any{key, c.Token, c.Fingerprint[:], life, l1, l2, timeoutText(c.TTL)}
+}
+
 // locks returns the advisory lock ids of a claim: the key's, and the key's
-// with the request's fingerprint. Both are drawn from a hash of the table
-// and the key, so that two stores on different tables never share them.
+// with the request's fingerprint. Both are an FNV-1a hash of the table and
+// the key (then the fingerprint), so that two stores on different tables
+// never share them; computed in place, without allocating.
 func (s *Store) locks(key string, fp [32]byte) (int64, int64) {
-	h := fnv.New64a()
-	h.Write([]byte(s.table))
-	h.Write([]byte{0})
-	h.Write([]byte(key))
-	l1 := h.Sum64()
-	h.Write(fp[:])
-	return int64(l1), int64(h.Sum64())
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i := 0; i < len(s.table); i++ {
+		h = (h ^ uint64(s.table[i])) * prime
+	}
+	h *= prime // the 0 byte between table and key
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint64(key[i])) * prime
+	}
+	l1 := h
+	for _, b := range fp {
+		h = (h ^ uint64(b)) * prime
+	}
+	return int64(l1), int64(h)
 }
 
 type querier interface {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -104,10 +105,9 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 // replay would prepare the claim anew (measured: 7.6 ms a replay, against
 // 0.7 ms).
 func (s *Store) claimTx(ctx context.Context, conn *pgxpool.Conn, key string, c store.Claim) (row, bool, error) {
-	l1, l2 := s.locks(key, c.Fingerprint)
 	b := &pgx.Batch{}
 	b.Queue(s.begin)
-	b.Queue(s.claimSQL, key, c.Token, c.Fingerprint[:], (holdLife + c.TTL).Microseconds(), l1, l2, timeoutText(c.TTL))
+	b.Queue(s.claimSQL, s.claimArgs(key, c, (holdLife+c.TTL).Microseconds())...)
 	if s.undo4xx {
 		b.Queue("SAVEPOINT " + savepoint)
 	}
@@ -211,7 +211,7 @@ func retryable(err error) bool {
 
 // timeoutText is d in whole milliseconds, rounded up, as a setting's text.
 func timeoutText(d time.Duration) string {
-	return fmt.Sprint((d + time.Millisecond - 1).Milliseconds())
+	return strconv.FormatInt((d + time.Millisecond - 1).Milliseconds(), 10)
 }
 
 // discard closes a pooled connection whose session state is unknown (it

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,28 +98,11 @@ func launchPostgres(fsync bool) (*pgtest.Server, error) {
 	return srv, nil
 }
 
-// tripCounter is a pgx tracer that counts round trips: each query (Exec,
-// Query, QueryRow) and each batch is one. Statements pgx prepares on a
-// connection's first use of them add a round trip that is not counted; the
-// warm-up has prepared them.
-type tripCounter struct{ n atomic.Int64 }
-
-func (c *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (c *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
 // newPgPool returns the pool every PostgreSQL scenario uses: sized to the
 // driver's largest concurrency (a transactional request holds a connection
-// for its handler's run), with trips counting its round trips.
-func newPgPool(url string, size int, trips *tripCounter) (*pgxpool.Pool, error) {
+// for its handler's run), with trips counting its round trips (prepares
+// included: the warm-up has made them, so the measured rounds have none).
+func newPgPool(url string, size int, trips *pgtest.Trips) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, err
@@ -311,7 +293,7 @@ type plainStore struct {
 }
 
 // pgHandler builds the handler of PostgreSQL scenario sc around a.
-func pgHandler(sc string, a *app, url string, poolSize int, trips *tripCounter) (http.Handler, func(), error) {
+func pgHandler(sc string, a *app, url string, poolSize int, trips *pgtest.Trips) (http.Handler, func(), error) {
 	pool, err := newPgPool(url, poolSize, trips)
 	if err != nil {
 		return nil, nil, err

@@ -21,6 +21,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/idemkey/idemkey/internal/pgtest"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/store/memory"
 	idemredis "github.com/idemkey/idemkey/store/redis"
@@ -155,7 +156,7 @@ func processCPU() int64 {
 func serve(sc, redisAddr, pgURL string, poolSize, cacheSize int, profile string) error {
 	a := &app{}
 	counter := &commandCounter{n: map[string]int64{}}
-	trips := &tripCounter{}
+	trips := &pgtest.Trips{}
 	var h http.Handler
 	var closeFn func()
 	var err error
@@ -195,7 +196,7 @@ func serve(sc, redisAddr, pgURL string, poolSize, cacheSize int, profile string)
 	go srv.Serve(ln)
 	ctlMux := http.NewServeMux()
 	ctlMux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(serverStats{Runs: a.runs.Load(), CPUNs: processCPU(), Sent: counter.snapshot(), PGTrips: trips.n.Load()})
+		json.NewEncoder(w).Encode(serverStats{Runs: a.runs.Load(), CPUNs: processCPU(), Sent: counter.snapshot(), PGTrips: trips.Count()})
 	})
 	go http.Serve(ctl, ctlMux)
 	fmt.Printf("ready %s %s\n", ln.Addr(), ctl.Addr())
