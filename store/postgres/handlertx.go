@@ -53,8 +53,10 @@ type handlerTx struct {
 	conn   *pgx.Conn
 	closed atomic.Bool
 	opts   pgx.TxOptions // for LargeObjects
-	// connTaken is set when the handler took the connection with Conn:
-	// it is closed, not pooled, when the request ends.
+	// connTaken is set when the handler took the connection with Conn,
+	// or prepared a named statement on it (which would outlive the
+	// request on the server, and reach the pooler's next client): it is
+	// closed, not pooled, when the request ends.
 	connTaken atomic.Bool
 	// savepoints numbers the savepoints Begin makes.
 	savepoints int
@@ -153,6 +155,9 @@ func (h *handlerTx) LargeObjects() pgx.LargeObjects {
 func (h *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	if !h.open() {
 		return nil, pgx.ErrTxClosed
+	}
+	if name != "" {
+		h.connTaken.Store(true)
 	}
 	return h.conn.Prepare(ctx, name, sql)
 }

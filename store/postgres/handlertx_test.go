@@ -2,7 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"strings"
 	"testing"
 	"time"
 
@@ -397,5 +400,43 @@ func TestHandlerTxRolledBackByTheHandler(t *testing.T) {
 	}
 	if got := pay.madeBy(t, key); len(got) != 1 || got[0] != "retry" {
 		t.Fatalf("payments %v, want the retry's alone", got)
+	}
+}
+
+// TestHandlerTxPreparedStatementDoesNotOutliveTheRequest: a statement the
+// handler prepares by name lives in the server session, which a pooler
+// would hand to its next client: the connection is closed when the
+// request ends, and no session of the database keeps the statement.
+func TestHandlerTxPreparedStatementDoesNotOutliveTheRequest(t *testing.T) {
+	pool := sharedPool(t)
+	st, _ := newStore(t, pool)
+	name := "idemkey_test_" + strings.ToLower(rand.Text())
+	_, tx, ctx, h := handlerTx(t, st)
+	if _, err := h.Prepare(ctx, name, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(context.Background(), record("ok", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// Every connection left in the pool: none knows the statement.
+	conns := make([]*pgxpool.Conn, 0, 40)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range pool.Stat().IdleConns() {
+		c, err := pool.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		var n int
+		if err := c.QueryRow(context.Background(), "SELECT count(*) FROM pg_prepared_statements WHERE name = $1", name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Fatalf("a pooled connection still holds the handler's prepared statement")
+		}
 	}
 }
