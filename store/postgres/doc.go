@@ -69,6 +69,40 @@
 // records without Redis; the middleware uses the transactional flow
 // (ClaimTx) whenever the store has it.
 //
+// # database/sql: sqlc, GORM, Bun, sqlx, ent
+//
+// NewDB makes the same store on a *sql.DB of any PostgreSQL driver (pgx's
+// stdlib, lib/pq), and the handler gets the request's transaction as a
+// *sql.Tx with SQLTx, which every data layer on database/sql can write
+// through:
+//
+//	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+//	db.SetMaxOpenConns(64)                 // one per request served at once
+//	err = postgres.MigrateDB(ctx, db)
+//	st, err := postgres.NewDB(ctx, db)
+//
+//	func createPayment(w http.ResponseWriter, r *http.Request) {
+//		tx := postgres.SQLTx(r.Context())
+//		_, err := tx.ExecContext(r.Context(), "INSERT INTO payments (id, amount) VALUES ($1, $2)", id, amount)
+//		...
+//	}
+//
+// The claim, the locks, the statements and every guarantee are the
+// pgx face's; what differs is the round trips, as database/sql sends one
+// statement at a time (see below), and that a *sql.Tx is a concrete type
+// whose Commit and Rollback the handler can call. The handler need not:
+// the middleware ends the transaction as it does on the pgx face. A
+// handler that calls Commit commits its claim with its writes: a kept
+// answer is then kept in a statement of its own, and after a 5xx, a panic
+// or a crash the key stays held for 24 hours (repeats get 409) rather than
+// let a retry make the writes twice. One that calls Rollback takes the
+// claim with it: nothing is kept, the key is free and the answer is 503.
+// Never send COMMIT or ROLLBACK as SQL through it.
+//
+// The transaction is begun with a context that ends at the claim's life:
+// database/sql rolls it back then, which is how a live owner that stalls
+// past its route's deadline lets go of the key on this face.
+//
 // # What a claim holds
 //
 // BEGIN and the claim go out in one round trip, and the claim holds only
@@ -138,8 +172,17 @@
 //	Complete, Release, Extend              1
 //	Sweep                                  1 per batch
 //
-// A transactional first run therefore costs three round trips and one
-// transaction, as few as the same handler with a transaction of its own.
+// Through database/sql (NewDB), one statement a round trip:
+//
+//	ClaimTx: first run                     3  BEGIN, the claim, SAVEPOINT (2 with WithClientErrorWrites(true))
+//	Tx.Commit                              2  the fenced UPDATE, COMMIT (3 for a kept 4xx: ROLLBACK TO SAVEPOINT first)
+//	Tx.Rollback                            1
+//	ClaimTx: replay, in flight             2  BEGIN, the claim; its ROLLBACK is sent after, not waited for
+//	a handler's own Commit, then the keep  1 more: the record kept in a statement of its own
+//
+// A transactional first run on the pgx face therefore costs three round
+// trips and one transaction, as few as the same handler with a
+// transaction of its own.
 // Two claims racing on one key, one of them meeting a record committed
 // after its snapshot, cost that one another round trip.
 //

@@ -2,13 +2,10 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkey/idemkey/store"
 )
@@ -48,16 +45,16 @@ func (s *Store) Inspect(ctx context.Context, key string) (store.Entry, bool, err
 		completedAt *time.Time
 		gone        *bool
 	)
-	err := s.pool.QueryRow(ctx, s.sql.inspect, key).Scan(&token, &fp, &e.CreatedAt, &expiresAt, &remaining,
+	err := s.db.queryRow(ctx, s.sql.inspect, key).Scan(&token, &fp, &e.CreatedAt, &expiresAt, &remaining,
 		&lockID, &status, &header, &body, &omitted, &completedAt, &e.Size, &gone)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && remaining <= 0) {
+	if noRows(err) || (err == nil && remaining <= 0) {
 		// No live row: the key may still be held by a request's
 		// transaction, whose claim is not committed.
 		if held, ok, herr := s.heldByTx(ctx, key); herr != nil || ok {
 			return held, ok, herr
 		}
 	}
-	if errors.Is(err, pgx.ErrNoRows) {
+	if noRows(err) {
 		return store.Entry{}, false, nil
 	}
 	if err != nil {
@@ -108,8 +105,8 @@ LIMIT 1`
 func (s *Store) heldByTx(ctx context.Context, key string) (store.Entry, bool, error) {
 	l1, _ := s.locks(key, [32]byte{})
 	var began *time.Time
-	err := s.pool.QueryRow(ctx, heldBySQL, l1).Scan(&began)
-	if errors.Is(err, pgx.ErrNoRows) {
+	err := s.db.queryRow(ctx, heldBySQL, l1).Scan(&began)
+	if noRows(err) {
 		return store.Entry{}, false, nil
 	}
 	if err != nil {
@@ -133,11 +130,11 @@ func (s *Store) Delete(ctx context.Context, key string, seen store.Entry) (bool,
 	if !ok1 || !ok2 || err != nil {
 		return false, nil // not a row's entry: nothing it names can be deleted
 	}
-	tag, err := s.pool.Exec(ctx, s.sql.delete, key, token, time.UnixMicro(micros), st == strconv.Itoa(int(store.Completed)))
+	n, err := s.db.exec(ctx, s.sql.delete, key, token, time.UnixMicro(micros), st == strconv.Itoa(int(store.Completed)))
 	if err != nil {
 		return false, fmt.Errorf("idemkey: postgres: delete: %w", err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return n == 1, nil
 }
 
 const deleteSQL = `DELETE FROM T WHERE key = $1 AND token = $2 AND expires_at = $3 AND (status IS NOT NULL) = $4`
@@ -188,10 +185,10 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	var ts TableStats
 	var rows int64
 	var oldest, vac, autovac *time.Time
-	if err := s.pool.QueryRow(ctx, s.sql.stats).Scan(&rows, &st.Records, &st.InFlight, &st.Expired, &ts.Transactional, &oldest); err != nil {
+	if err := s.db.queryRow(ctx, s.sql.stats).Scan(&rows, &st.Records, &st.InFlight, &st.Expired, &ts.Transactional, &oldest); err != nil {
 		return store.Stats{}, fmt.Errorf("idemkey: postgres: stats: %w", err)
 	}
-	if err := s.pool.QueryRow(ctx, sizeSQL, s.table).Scan(&ts.TableBytes, &ts.IndexBytes, &ts.TotalBytes, &ts.DeadRows, &vac, &autovac); err != nil {
+	if err := s.db.queryRow(ctx, sizeSQL, s.table).Scan(&ts.TableBytes, &ts.IndexBytes, &ts.TotalBytes, &ts.DeadRows, &vac, &autovac); err != nil {
 		return store.Stats{}, fmt.Errorf("idemkey: postgres: stats: %w", err)
 	}
 	for _, t := range []struct {

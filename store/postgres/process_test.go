@@ -63,6 +63,9 @@ func TestHelperProcess(t *testing.T) {
 	if mode == "" {
 		t.Skip("runs only as a child of another test")
 	}
+	if mode == "sqlserver" {
+		serveSQLChild(os.Getenv("URL"), os.Getenv("TABLE"))
+	}
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(os.Getenv("URL"))
 	if err != nil {

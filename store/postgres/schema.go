@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	_ "embed"
 	"encoding/binary"
 	"errors"
@@ -10,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -66,9 +66,9 @@ const claimSignature = "(text, text, bytea, bigint, bigint, bigint, text)"
 // hasClaimFunc reports whether the table's claim function exists (a
 // table made by an earlier version, or by a migration of its SQL, has
 // none: the store then claims with an inline statement).
-func hasClaimFunc(ctx context.Context, pool *pgxpool.Pool, table pgx.Identifier) (bool, error) {
+func hasClaimFunc(ctx context.Context, q db, table pgx.Identifier) (bool, error) {
 	var ok bool
-	err := pool.QueryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL", claimFunc(table).Sanitize()+claimSignature).Scan(&ok)
+	err := q.queryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL", claimFunc(table).Sanitize()+claimSignature).Scan(&ok)
 	return ok, err
 }
 
@@ -87,16 +87,30 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	if pool == nil {
 		return errors.New("idemkey: postgres: nil pool")
 	}
+	return migrate(ctx, pgxDB{q: pool, pool: pool}, opts)
+}
+
+// MigrateDB is Migrate through database/sql: it creates the store's
+// table, index and claim function when they do not exist, for a Store
+// made with NewDB.
+func MigrateDB(ctx context.Context, db *sql.DB, opts ...Option) error {
+	if db == nil {
+		return errors.New("idemkey: postgres: nil DB")
+	}
+	return migrate(ctx, sqlDB{q: db, db: db}, opts)
+}
+
+func migrate(ctx context.Context, d db, opts []Option) error {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return err
 	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
+	err = d.inTx(ctx, func(tx db) error {
+		if _, err := tx.exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
 			return err
 		}
-		// No arguments: the simple protocol, which runs both statements.
-		_, err := tx.Exec(ctx, schemaFor(cfg.table))
+		// No arguments: the simple protocol, which runs every statement.
+		_, err := tx.exec(ctx, schemaFor(cfg.table))
 		return err
 	})
 	if err != nil {
@@ -107,23 +121,17 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 
 // checkTable fails unless the table exists with every column the store
 // uses.
-func checkTable(ctx context.Context, pool *pgxpool.Pool, table pgx.Identifier) error {
-	rows, err := pool.Query(ctx, "SELECT "+columns+" FROM "+table.Sanitize()+" LIMIT 0")
-	if err == nil {
-		rows.Close()
-		err = rows.Err()
-	}
-	if err == nil {
+func checkTable(ctx context.Context, q db, table pgx.Identifier) error {
+	err := q.queryRow(ctx, "SELECT "+columns+" FROM "+table.Sanitize()+" LIMIT 0").Scan()
+	if err == nil || noRows(err) {
 		return nil
 	}
 	name := table.Sanitize()
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-		switch pgErr.Code {
-		case "42P01": // undefined_table
-			return fmt.Errorf("idemkey: postgres: table %s does not exist: create it with postgres.Migrate, or apply postgres.SchemaSQL with your migration tool", name)
-		case "42703": // undefined_column
-			return fmt.Errorf("idemkey: postgres: table %s is not the store's table (%s): compare it with postgres.SchemaSQL", name, pgErr.Message)
-		}
+	switch sqlState(err) {
+	case "42P01": // undefined_table
+		return fmt.Errorf("idemkey: postgres: table %s does not exist: create it with postgres.Migrate, or apply postgres.SchemaSQL with your migration tool", name)
+	case "42703": // undefined_column
+		return fmt.Errorf("idemkey: postgres: table %s is not the store's table (%w): compare it with postgres.SchemaSQL", name, err)
 	}
 	return fmt.Errorf("idemkey: postgres: checking table %s: %w", name, err)
 }
@@ -148,11 +156,11 @@ const checkLocksSQL = `SELECT CASE WHEN pg_try_advisory_xact_lock($1::bigint) TH
 // statement, in a transaction of its own, so that it holds nothing after;
 // the lock is drawn at random, so that instances starting together do not
 // meet on it.
-func checkLocks(ctx context.Context, pool *pgxpool.Pool) error {
+func checkLocks(ctx context.Context, q db) error {
 	for range 5 {
 		var real *bool
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, checkLocksSQL, randomLock()).Scan(&real)
+		err := q.inTx(ctx, func(tx db) error {
+			return tx.queryRow(ctx, checkLocksSQL, randomLock()).Scan(&real)
 		})
 		if err != nil {
 			return fmt.Errorf("idemkey: postgres: checking the server's advisory locks: %w", err)

@@ -58,7 +58,7 @@ BEGIN
       INTO cur FROM idemkey_records t WHERE t.key = p_key AND t.expires_at > statement_timestamp();
     IF FOUND THEN
         RETURN QUERY SELECT 2::smallint, cur.token, cur.fingerprint, cur.created_at,
-            (extract(epoch FROM cur.expires_at - statement_timestamp()) * 1000000)::bigint,
+            (extract(epoch FROM cur.expires_at - greatest(statement_timestamp(), cur.created_at)) * 1000000)::bigint,
             cur.status, cur.header, cur.body, cur.body_omitted, cur.completed_at, NULL::boolean;
         RETURN;
     END IF;

@@ -72,7 +72,7 @@ SELECT 1::smallint, NULL::text, NULL::bytea, NULL::timestamptz, NULL::bigint,
 FROM ins
 UNION ALL
 SELECT 2, c.token, c.fingerprint, c.created_at,
-       (extract(epoch FROM c.expires_at - statement_timestamp()) * 1000000)::bigint,
+       (extract(epoch FROM c.expires_at - greatest(statement_timestamp(), c.created_at)) * 1000000)::bigint,
        c.status, c.header, c.body, c.body_omitted, c.completed_at, NULL
 FROM cur c
 UNION ALL

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -22,7 +23,12 @@ import (
 // idempotency key. It is safe for concurrent use. The pool belongs to the
 // caller, who closes it after closing the Store.
 type Store struct {
+	// db runs every statement outside a request's transaction; pool
+	// (New) or sqlDB (NewDB) is the face a request's transaction runs on.
+	db            db
 	pool          *pgxpool.Pool
+	sqlDB         *sql.DB
+	sqlTxOptions  *sql.TxOptions
 	sql           statements
 	table         string // sanitized, for messages
 	timeout       time.Duration
@@ -34,8 +40,9 @@ type Store struct {
 	txOptions pgx.TxOptions
 	// undo4xx: a kept 4xx rolls the handler's writes back to a savepoint
 	// (WithClientErrorWrites).
-	undo4xx    bool
-	sweepBatch int
+	undo4xx       bool
+	sweepBatch    int
+	sweepInterval time.Duration
 
 	stop      chan struct{}
 	stopOnce  sync.Once
@@ -71,17 +78,71 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	if pool == nil {
 		return nil, errors.New("idemkey: postgres: nil pool")
 	}
+	s, err := open(ctx, pgxDB{q: pool, pool: pool}, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.pool = pool
+	s.start()
+	return s, nil
+}
+
+// NewDB returns a Store on db, a database/sql DB of any PostgreSQL driver
+// (pgx's stdlib, lib/pq): the same store as New, whose handlers get the
+// request's transaction as a *sql.Tx (SQLTx) for the data layers built on
+// database/sql (sqlc, GORM, Bun, sqlx, ent). It checks what New checks.
+// WithTxOptions' DeferrableMode is refused: database/sql has no word for
+// it.
+//
+// Size db for the requests served at once (SetMaxOpenConns): a
+// transactional request holds one connection for its handler's whole
+// run, and waits for one within the call's budget.
+func NewDB(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("idemkey: postgres: nil DB")
+	}
+	s, err := open(ctx, sqlDB{q: db, db: db}, opts)
+	if err != nil {
+		return nil, err
+	}
+	if s.txOptions.DeferrableMode != "" {
+		return nil, errors.New("idemkey: postgres: WithTxOptions: a DeferrableMode cannot be set through database/sql")
+	}
+	s.sqlDB = db
+	s.sqlTxOptions = &sql.TxOptions{Isolation: isolation(s.txOptions.IsoLevel)}
+	s.start()
+	return s, nil
+}
+
+// isolation is database/sql's word for a pgx isolation level.
+func isolation(l pgx.TxIsoLevel) sql.IsolationLevel {
+	switch l {
+	case pgx.ReadUncommitted:
+		return sql.LevelReadUncommitted
+	case pgx.ReadCommitted:
+		return sql.LevelReadCommitted
+	case pgx.RepeatableRead:
+		return sql.LevelRepeatableRead
+	case pgx.Serializable:
+		return sql.LevelSerializable
+	}
+	return sql.LevelDefault
+}
+
+// open checks the server and the table through d, and returns the Store,
+// its sweeper not started.
+func open(ctx context.Context, d db, opts []Option) (*Store, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTable(ctx, pool, cfg.table); err != nil {
+	if err := checkTable(ctx, d, cfg.table); err != nil {
 		return nil, err
 	}
-	if err := checkLocks(ctx, pool); err != nil {
+	if err := checkLocks(ctx, d); err != nil {
 		return nil, err
 	}
-	byFunc, err := hasClaimFunc(ctx, pool, cfg.table)
+	byFunc, err := hasClaimFunc(ctx, d, cfg.table)
 	if err != nil {
 		return nil, fmt.Errorf("idemkey: postgres: checking table %s: %w", cfg.table.Sanitize(), err)
 	}
@@ -95,7 +156,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		claim = sql.claimCall
 	}
 	s := &Store{
-		pool:          pool,
+		db:            d,
 		sql:           sql,
 		claimSQL:      claim,
 		table:         cfg.table.Sanitize(),
@@ -105,19 +166,24 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		txOptions:     cfg.txOptions,
 		undo4xx:       !cfg.clientErrorWrites,
 		sweepBatch:    cfg.sweepBatch,
+		sweepInterval: cfg.sweepInterval,
 		stop:          make(chan struct{}),
 		sweepDone:     make(chan struct{}),
 	}
-	if n := pool.Config().MaxConns; n < smallPool {
-		slog.Warn("idemkey: postgres: the pool is small for transactional requests: each holds a connection for its handler's whole run, so at most this many run at once, and the rest are answered 503 once the call's budget has passed waiting for one; size the pool for the requests served at once (pgxpool MaxConns, pool_max_conns in the URL)",
+	if n := d.maxConns(); n > 0 && n < smallPool {
+		slog.Warn("idemkey: postgres: the pool is small for transactional requests: each holds a connection for its handler's whole run, so at most this many run at once, and the rest are answered 503 once the call's budget has passed waiting for one; size the pool for the requests served at once (pgxpool MaxConns, pool_max_conns in the URL; sql.DB SetMaxOpenConns)",
 			"max_conns", n, "call_timeout", cfg.callTimeout)
 	}
-	if cfg.sweepInterval > 0 {
-		go s.sweepEvery(cfg.sweepInterval)
+	return s, nil
+}
+
+// start starts the background sweeper, unless WithSweepInterval(0).
+func (s *Store) start() {
+	if s.sweepInterval > 0 {
+		go s.sweepEvery(s.sweepInterval)
 	} else {
 		close(s.sweepDone)
 	}
-	return s, nil
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -173,28 +239,20 @@ const (
 	kindHeld    = 3
 )
 
-func (r *row) scan(rows pgx.Rows) error {
+func (r *row) scan(rows scanner) error {
 	return rows.Scan(&r.kind, &r.token, &r.fingerprint, &r.createdAt, &r.remaining,
 		&r.status, &r.header, &r.body, &r.omitted, &r.completedAt, &r.same)
 }
 
 // queryClaim runs the claim statement on q and returns its row, or false
 // when it returned none (it raced a commit: ask again).
-func (s *Store) queryClaim(ctx context.Context, q querier, key string, c store.Claim, life int64) (row, bool, error) {
-	rows, err := q.Query(ctx, s.claimSQL, s.claimArgs(key, c, life)...)
-	if err != nil {
-		return row{}, false, err
-	}
-	defer rows.Close()
+func (s *Store) queryClaim(ctx context.Context, q db, key string, c store.Claim, life int64) (row, bool, error) {
 	var r row
-	if !rows.Next() {
-		return r, false, rows.Err()
+	err := r.scan(q.queryRow(ctx, s.claimSQL, s.claimArgs(key, c, life)...))
+	if noRows(err) {
+		return r, false, nil
 	}
-	if err := r.scan(rows); err != nil {
-		return r, false, err
-	}
-	rows.Close()
-	return r, true, rows.Err()
+	return r, err == nil, err
 }
 
 // claimArgs are the arguments of the claim (claimSQL, or the table's
@@ -223,12 +281,6 @@ func (s *Store) locks(key string, fp [32]byte) (int64, int64) {
 		h = (h ^ uint64(b)) * prime
 	}
 	return int64(l1), int64(h)
-}
-
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // result reads the claim's answer when the key is not claimed: a row that
@@ -310,7 +362,7 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	defer cancel()
 	var lastErr error
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		r, ok, err := s.queryClaim(ctx, s.pool, key, c, ttl)
+		r, ok, err := s.queryClaim(ctx, s.db, key, c, ttl)
 		if err != nil {
 			if connLost(ctx, err) {
 				// A pooled connection that died (a server restart): a
@@ -332,7 +384,7 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 			// fingerprint (a transactional owner's is never to be seen:
 			// then the answer says only "another").
 			l1, _ := s.locks(key, c.Fingerprint)
-			s.pool.Exec(ctx, waitSQL, l1, "50")
+			s.db.exec(ctx, waitSQL, l1, "50")
 			continue
 		}
 		res, err := r.result(c)
@@ -365,22 +417,27 @@ func connLost(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	if _, ok := errors.AsType[*pgconn.PgError](err); ok {
-		// The server answered. (A FATAL error, such as a terminated
-		// backend, also closes the connection: that one is retried.)
-		return isFatal(err)
+	if code := sqlState(err); code != "" {
+		// The server answered. (An error that ends the session, such as
+		// a terminated backend, also closes the connection: that one is
+		// retried.)
+		return sessionEnded(err, code)
 	}
 	if _, ok := errors.AsType[*net.OpError](err); ok {
 		return true
 	}
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err)
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) || badConn(err)
 }
 
-// isFatal reports whether err is a FATAL or PANIC error of the server,
-// which ends the connection.
-func isFatal(err error) bool {
-	pgErr, ok := errors.AsType[*pgconn.PgError](err)
-	return ok && (pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC")
+// sessionEnded reports whether err, a server's error with SQLSTATE code,
+// ended the session: a FATAL or PANIC error (pgx says which), or, from a
+// driver that does not say, an operator intervention (57P: the backend
+// terminated, the server shutting down) or a connection exception (08).
+func sessionEnded(err error, code string) bool {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		return pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC"
+	}
+	return len(code) == 5 && (code[:3] == "57P" || code[:2] == "08")
 }
 
 // Complete replaces the claim held by token with rec, kept for retention
@@ -423,7 +480,7 @@ func (s *Store) owned(ctx context.Context, op, sql string, answers map[int]error
 	var lastErr error
 	for range maxAttempts {
 		var code int
-		if err := s.pool.QueryRow(ctx, sql, args...).Scan(&code); err != nil {
+		if err := s.db.queryRow(ctx, sql, args...).Scan(&code); err != nil {
 			if connLost(ctx, err) {
 				lastErr = err
 				continue
@@ -454,14 +511,14 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	tag, err := s.pool.Exec(ctx, s.sql.extend, key, token, us)
+	n, err := s.db.exec(ctx, s.sql.extend, key, token, us)
 	if err != nil && connLost(ctx, err) {
-		tag, err = s.pool.Exec(ctx, s.sql.extend, key, token, us)
+		n, err = s.db.exec(ctx, s.sql.extend, key, token, us)
 	}
 	if err != nil {
 		return unavailable("extend", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return store.ErrNotOwner
 	}
 	return nil
@@ -502,11 +559,10 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 		if err := ctx.Err(); err != nil {
 			return total, unavailable("sweep", err)
 		}
-		tag, err := s.pool.Exec(ctx, s.sql.sweep, s.sweepBatch)
+		n, err := s.db.exec(ctx, s.sql.sweep, s.sweepBatch)
 		if err != nil {
 			return total, unavailable("sweep", err)
 		}
-		n := tag.RowsAffected()
 		total += n
 		if n < int64(s.sweepBatch) {
 			return total, nil

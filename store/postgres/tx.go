@@ -58,6 +58,9 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	if s.sqlDB != nil {
+		return s.claimTxSQL(ctx, key, c)
+	}
 	var lastErr error
 	for range maxAttempts {
 		conn, err := s.acquire(ctx)
@@ -150,6 +153,9 @@ func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	if s.sqlDB != nil {
+		return s.beginSQLTx(ctx)
+	}
 	conn, err := s.acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -205,8 +211,8 @@ func (s *Store) end(conn *pgxpool.Conn) {
 // retryable reports a serialization failure or deadlock: the transaction
 // may begin again.
 func retryable(err error) bool {
-	pgErr, ok := errors.AsType[*pgconn.PgError](err)
-	return ok && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+	code := sqlState(err)
+	return code == "40001" || code == "40P01"
 }
 
 // timeoutText is d in whole milliseconds, rounded up, as a setting's text.
@@ -527,8 +533,8 @@ func (s *Store) Wait(ctx context.Context, key string, c store.Claim) (bool, erro
 	}
 	_, l2 := s.locks(key, c.Fingerprint)
 	var waited bool
-	err := s.pool.QueryRow(ctx, waitSQL, l2, timeoutText(left)).Scan(&waited)
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "55P03" {
+	err := s.db.queryRow(ctx, waitSQL, l2, timeoutText(left)).Scan(&waited)
+	if sqlState(err) == "55P03" {
 		return true, nil // the time is up
 	}
 	if err != nil {

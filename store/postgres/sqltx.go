@@ -1,0 +1,303 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemkey/idemkey/store"
+)
+
+// sqlTxKey is the context key of a request's *sql.Tx.
+type sqlTxKey struct{}
+
+// SQLTx returns the transaction of the request whose context is ctx, on a
+// Store made with NewDB: the one the middleware opened for the handler,
+// in which it keeps the response. It is Tx for code on database/sql
+// (sqlc's database/sql output, GORM, Bun, sqlx, ent): the handler makes
+// its writes through it, so that they and the kept response commit
+// together or not at all. It returns nil outside the middleware's flow,
+// and on a Store made with New (use Tx).
+//
+// The handler need not end it: the middleware commits it, with the
+// record, after a response it keeps, and rolls it back after a 5xx or a
+// panic. A handler that calls its Commit anyway commits its claim with its
+// writes: a kept answer is still kept, in a statement of its own, and
+// after a 5xx or a panic the key stays held for 24 hours (repeats get
+// 409) rather than let a retry make the writes twice. One that calls its
+// Rollback takes its claim with it: the key is free, nothing is kept and
+// the answer is 503. Never send COMMIT or ROLLBACK as SQL through it.
+func SQLTx(ctx context.Context) *sql.Tx {
+	tx, _ := ctx.Value(sqlTxKey{}).(*sql.Tx)
+	return tx
+}
+
+// claimTxSQL is ClaimTx through database/sql, within ctx (the call's
+// budget): BEGIN, the claim and the handler's savepoint are a round trip
+// each, as database/sql sends one statement at a time.
+//
+// The transaction is begun with a context of its own that ends at the
+// claim's life: database/sql then rolls it back (after a statement in
+// progress, which the claim's statement_timeout bounds by the same life),
+// so that an owner that stalls past the route's deadline lets go of the
+// key, and its commit keeps nothing.
+func (s *Store) claimTxSQL(ctx context.Context, key string, c store.Claim) (store.Result, store.Tx, error) {
+	var lastErr error
+	for range maxAttempts {
+		conn, err := s.sqlDB.Conn(ctx)
+		if err != nil {
+			return store.Result{}, nil, s.noConn(ctx, err)
+		}
+		t := &sqlRequestTx{s: s, conn: conn, key: key, token: c.Token, life: c.TTL}
+		t.ctx, t.cancel = context.WithTimeout(context.WithoutCancel(ctx), c.TTL)
+		t.tx, err = conn.BeginTx(t.ctx, s.sqlTxOptions)
+		if err != nil {
+			t.finish()
+			if connLost(ctx, err) {
+				lastErr = err
+				continue
+			}
+			return store.Result{}, nil, unavailable("claim", err)
+		}
+		var r row
+		err = r.scan(t.tx.QueryRowContext(ctx, s.claimSQL, s.claimArgs(key, c, (holdLife+c.TTL).Microseconds())...))
+		switch {
+		case noRows(err):
+			go t.abandon() // raced a commit after the snapshot: ask again
+			continue
+		case err != nil && (connLost(ctx, err) || retryable(err)):
+			go t.abandon()
+			lastErr = err
+			continue
+		case err != nil:
+			go t.abandon()
+			return store.Result{}, nil, unavailable("claim", err)
+		case r.kind == kindClaimed:
+			if s.undo4xx {
+				if _, err := t.tx.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
+					go t.abandon()
+					return store.Result{}, nil, unavailable("claim", err)
+				}
+			}
+			return store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}, t, nil
+		}
+		go t.abandon()
+		res, err := r.result(c)
+		if err != nil {
+			return store.Result{}, nil, fmt.Errorf("idemkey: postgres: claim: %w", err)
+		}
+		return res, nil, nil
+	}
+	return store.Result{}, nil, unavailable("claim", gaveUp(lastErr))
+}
+
+// beginSQLTx is Begin through database/sql.
+func (s *Store) beginSQLTx(ctx context.Context) (store.Tx, error) {
+	conn, err := s.sqlDB.Conn(ctx)
+	if err != nil {
+		return nil, s.noConn(ctx, err)
+	}
+	t := &sqlRequestTx{s: s, conn: conn}
+	t.ctx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if t.tx, err = conn.BeginTx(t.ctx, s.sqlTxOptions); err == nil && s.undo4xx {
+		_, err = t.tx.ExecContext(ctx, "SAVEPOINT "+savepoint)
+	}
+	if err != nil {
+		go t.abandon()
+		return nil, unavailable("begin", err)
+	}
+	return t, nil
+}
+
+// noConn is the error of a request that found no connection within ctx.
+func (s *Store) noConn(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		st := s.sqlDB.Stats()
+		return unavailable("claim", fmt.Errorf("%w (%d of %d held): %w", ErrPoolExhausted, st.InUse, st.MaxOpenConnections, err))
+	}
+	return unavailable("claim", err)
+}
+
+// sqlRequestTx is the store.Tx of one request on database/sql: the
+// connection it holds, and the transaction begun on it by ClaimTx (key
+// set) or Begin (key "").
+type sqlRequestTx struct {
+	s     *Store
+	conn  *sql.Conn
+	tx    *sql.Tx
+	key   string
+	token string
+	life  time.Duration // the claim's
+	// ctx is the transaction's: it ends at the claim's life, and
+	// database/sql then rolls the transaction back.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	ended bool
+}
+
+var _ store.Tx = (*sqlRequestTx)(nil)
+
+// NewContext returns ctx carrying the transaction, which the handler gets
+// back with SQLTx.
+func (t *sqlRequestTx) NewContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, sqlTxKey{}, t.tx)
+}
+
+// end marks the transaction ended; false when it had already.
+func (t *sqlRequestTx) end() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended {
+		return false
+	}
+	t.ended = true
+	return true
+}
+
+// finish gives the connection back to the pool. Whatever the
+// transaction left open ended before: database/sql rolls back a
+// transaction whose context ends.
+func (t *sqlRequestTx) finish() {
+	t.cancel()
+	t.conn.Close()
+}
+
+// abandon rolls back and gives the connection back: for a claim that took
+// nothing, after its answer went out.
+func (t *sqlRequestTx) abandon() {
+	t.tx.Rollback()
+	t.finish()
+}
+
+// lapsed reports whether the claim's life is over: database/sql rolled
+// the transaction back, or is about to.
+func (t *sqlRequestTx) lapsed() bool { return t.key != "" && t.ctx.Err() != nil }
+
+// Commit keeps rec in the transaction, fenced by the owner's token and the
+// claim's life, and commits: the fenced UPDATE and COMMIT, a round trip
+// each (after ROLLBACK TO the handler's savepoint, for a kept 4xx whose
+// writes are undone). It answers as the pgx face's Commit does. A handler
+// that committed the transaction itself (its Commit method) committed the
+// claim with its writes: the record is then kept in a statement of its
+// own. One that rolled it back took the claim with it: nothing is kept.
+func (t *sqlRequestTx) Commit(ctx context.Context, rec *store.Record, retention time.Duration) error {
+	if !t.end() {
+		return errors.New("idemkey: postgres: commit: the transaction already ended")
+	}
+	defer t.finish()
+	if rec == nil {
+		t.tx.Rollback()
+		return errors.New("idemkey: postgres: nil record")
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.s.commitTimeout)
+	defer cancel()
+	if t.lapsed() {
+		t.tx.Rollback()
+		return store.ErrNotOwner
+	}
+	if t.s.undo4xx && rec.Status >= 400 {
+		if _, err := t.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); err != nil {
+			if errors.Is(err, sql.ErrTxDone) {
+				return t.commitOutside(ctx, rec, retention)
+			}
+			t.tx.Rollback()
+			return unavailable("commit", err)
+		}
+	}
+	if t.key != "" {
+		args, err := recordArgs(t.key, t.token, rec, retention)
+		if err != nil {
+			t.tx.Rollback()
+			return err
+		}
+		var kept bool
+		err = t.tx.QueryRowContext(ctx, t.s.sql.keepTx, append(args, t.life.Microseconds())...).Scan(&kept)
+		switch {
+		case errors.Is(err, sql.ErrTxDone) && !t.lapsed():
+			return t.commitOutside(ctx, rec, retention)
+		case errors.Is(err, sql.ErrTxDone):
+			return store.ErrNotOwner
+		case sqlState(err) == "22P02":
+			// Fenced: the claim is no longer this request's.
+			t.tx.Rollback()
+			return store.ErrNotOwner
+		case err != nil:
+			t.tx.Rollback()
+			return unavailable("commit", err)
+		}
+	}
+	err := t.tx.Commit()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sql.ErrTxDone) && t.key == "":
+		return nil // the handler committed, or rolled back, itself
+	case errors.Is(err, sql.ErrTxDone) || t.lapsed():
+		// The claim's life ended between the keep and the COMMIT:
+		// database/sql rolled back.
+		return store.ErrNotOwner
+	}
+	// The server refused the COMMIT (a deferred constraint, a
+	// serialization failure: rolled back, the key with it), or its
+	// outcome is unknown (the reply was lost: the connection goes, which
+	// ends whatever it had open).
+	return unavailable("commit", err)
+}
+
+// commitOutside keeps rec after the handler ended the transaction itself,
+// as the pgx face's does.
+func (t *sqlRequestTx) commitOutside(ctx context.Context, rec *store.Record, retention time.Duration) error {
+	if t.key == "" {
+		return nil
+	}
+	args, err := recordArgs(t.key, t.token, rec, retention)
+	if err != nil {
+		return err
+	}
+	var code int
+	if err := t.conn.QueryRowContext(ctx, t.s.sql.complete, args...).Scan(&code); err != nil {
+		return unavailable("commit", err)
+	}
+	switch code {
+	case 1, 2:
+		return nil
+	case 0:
+		return unavailable("commit", errors.New("the handler rolled the request's transaction back itself; nothing was kept"))
+	}
+	return unavailable("commit", fmt.Errorf("unexpected answer %d", code))
+}
+
+// Rollback rolls the transaction back: the claim goes with it, and the
+// key is free. When the handler had committed the transaction itself, its
+// writes are in: the key stays held, and the error says so.
+func (t *sqlRequestTx) Rollback(ctx context.Context) error {
+	if !t.end() {
+		return errors.New("idemkey: postgres: rollback: the transaction already ended")
+	}
+	defer t.finish()
+	err := t.tx.Rollback()
+	if errors.Is(err, sql.ErrTxDone) && t.key != "" && !t.lapsed() {
+		// The handler ended it: did its claim commit?
+		ctx, cancel := context.WithTimeout(ctx, t.s.commitTimeout)
+		defer cancel()
+		var held bool
+		if err := t.conn.QueryRowContext(ctx, t.s.sql.held, t.key, t.token).Scan(&held); err != nil {
+			return unavailable("rollback", err)
+		}
+		if held {
+			return unavailable("rollback", errEndedOutside)
+		}
+		return nil
+	}
+	if err != nil && !errors.Is(err, sql.ErrTxDone) {
+		// The connection failed: the server ends its session, and the
+		// transaction with it.
+		return unavailable("rollback", err)
+	}
+	return nil
+}
