@@ -42,6 +42,13 @@ func TestThroughPgBouncer(t *testing.T) {
 		{"KeylessRequest", TestKeylessRequestRunsInATransaction},
 		{"WaitWakes", TestWaitWakesWhenTheOwnerEnds},
 		{"MiddlewareWaitReplays", TestMiddlewareWaitReplays},
+		// The database/sql face.
+		{"SQLTxConformance", TestSQLTxConformance},
+		{"SQLMiddlewareOneKey64", TestSQLMiddlewareOneKey64},
+		{"SQLMiddlewareHandlerEndsTx", TestSQLMiddlewareHandlerEndsTx},
+		{"SQLMiddlewareCrash", TestSQLMiddlewareCrash},
+		{"SQLFaultDatabaseDown", TestSQLFaultDatabaseDown},
+		{"SQLFaultPoolExhausted", TestSQLFaultPoolExhausted},
 	} {
 		t.Run(c.name, c.test)
 	}

@@ -51,10 +51,14 @@ func (s *Store) claimTxSQL(ctx context.Context, key string, c store.Claim) (stor
 		if err != nil {
 			return store.Result{}, nil, s.noConn(ctx, err)
 		}
-		t := &sqlRequestTx{s: s, conn: conn, key: key, token: c.Token, life: c.TTL}
-		t.ctx, t.cancel = context.WithTimeout(context.WithoutCancel(ctx), c.TTL)
+		t := &sqlRequestTx{s: s, conn: conn, key: key, token: c.Token, life: c.TTL, lapses: time.Now().Add(c.TTL)}
+		t.ctx, t.cancel = context.WithDeadline(context.WithoutCancel(ctx), t.lapses)
+		// The driver sends BEGIN under the transaction's context: the
+		// call's budget ends it too, until the claim is made.
+		inBudget := context.AfterFunc(ctx, t.cancel)
 		t.tx, err = conn.BeginTx(t.ctx, s.sqlTxOptions)
 		if err != nil {
+			inBudget()
 			t.finish()
 			if connLost(ctx, err) {
 				lastErr = err
@@ -66,24 +70,32 @@ func (s *Store) claimTxSQL(ctx context.Context, key string, c store.Claim) (stor
 		err = r.scan(t.tx.QueryRowContext(ctx, s.claimSQL, s.claimArgs(key, c, (holdLife+c.TTL).Microseconds())...))
 		switch {
 		case noRows(err):
+			inBudget()
 			go t.abandon() // raced a commit after the snapshot: ask again
 			continue
 		case err != nil && (connLost(ctx, err) || retryable(err)):
+			inBudget()
 			go t.abandon()
 			lastErr = err
 			continue
 		case err != nil:
+			inBudget()
 			go t.abandon()
 			return store.Result{}, nil, unavailable("claim", err)
 		case r.kind == kindClaimed:
 			if s.undo4xx {
-				if _, err := t.tx.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
-					go t.abandon()
-					return store.Result{}, nil, unavailable("claim", err)
-				}
+				_, err = t.tx.ExecContext(ctx, "SAVEPOINT "+savepoint)
+			}
+			if !inBudget() && err == nil {
+				err = ctx.Err() // the budget ended the transaction
+			}
+			if err != nil {
+				go t.abandon()
+				return store.Result{}, nil, unavailable("claim", err)
 			}
 			return store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}, t, nil
 		}
+		inBudget()
 		go t.abandon()
 		res, err := r.result(c)
 		if err != nil {
@@ -102,8 +114,18 @@ func (s *Store) beginSQLTx(ctx context.Context) (store.Tx, error) {
 	}
 	t := &sqlRequestTx{s: s, conn: conn}
 	t.ctx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	if t.tx, err = conn.BeginTx(t.ctx, s.sqlTxOptions); err == nil && s.undo4xx {
+	inBudget := context.AfterFunc(ctx, t.cancel)
+	t.tx, err = conn.BeginTx(t.ctx, s.sqlTxOptions)
+	if err != nil {
+		inBudget()
+		t.finish()
+		return nil, unavailable("begin", err)
+	}
+	if s.undo4xx {
 		_, err = t.tx.ExecContext(ctx, "SAVEPOINT "+savepoint)
+	}
+	if !inBudget() && err == nil {
+		err = ctx.Err()
 	}
 	if err != nil {
 		go t.abandon()
@@ -114,8 +136,7 @@ func (s *Store) beginSQLTx(ctx context.Context) (store.Tx, error) {
 
 // noConn is the error of a request that found no connection within ctx.
 func (s *Store) noConn(ctx context.Context, err error) error {
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		st := s.sqlDB.Stats()
+	if st := s.sqlDB.Stats(); ctx.Err() != nil && st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections {
 		return unavailable("claim", fmt.Errorf("%w (%d of %d held): %w", ErrPoolExhausted, st.InUse, st.MaxOpenConnections, err))
 	}
 	return unavailable("claim", err)
@@ -131,8 +152,11 @@ type sqlRequestTx struct {
 	key   string
 	token string
 	life  time.Duration // the claim's
-	// ctx is the transaction's: it ends at the claim's life, and
-	// database/sql then rolls the transaction back.
+	// lapses is when the claim's life is over. ctx, the transaction's,
+	// ends then, and database/sql then rolls the transaction back; the
+	// driver sends COMMIT and ROLLBACK under it too, so ending it sooner
+	// bounds them (bounded).
+	lapses time.Time
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -170,13 +194,24 @@ func (t *sqlRequestTx) finish() {
 // abandon rolls back and gives the connection back: for a claim that took
 // nothing, after its answer went out.
 func (t *sqlRequestTx) abandon() {
-	t.tx.Rollback()
+	t.bounded(t.tx.Rollback)
 	t.finish()
+}
+
+// bounded runs f, the transaction's Commit or Rollback, within the
+// store's commit budget: database/sql gives them no context of their
+// own, and its driver sends them under the transaction's, which ending
+// cancels (pgx's driver then closes the connection: the server rolls back
+// whatever was not committed).
+func (t *sqlRequestTx) bounded(f func() error) error {
+	stop := time.AfterFunc(t.s.commitTimeout, t.cancel)
+	defer stop.Stop()
+	return f()
 }
 
 // lapsed reports whether the claim's life is over: database/sql rolled
 // the transaction back, or is about to.
-func (t *sqlRequestTx) lapsed() bool { return t.key != "" && t.ctx.Err() != nil }
+func (t *sqlRequestTx) lapsed() bool { return t.key != "" && !time.Now().Before(t.lapses) }
 
 // Commit keeps rec in the transaction, fenced by the owner's token and the
 // claim's life, and commits: the fenced UPDATE and COMMIT, a round trip
@@ -191,13 +226,13 @@ func (t *sqlRequestTx) Commit(ctx context.Context, rec *store.Record, retention 
 	}
 	defer t.finish()
 	if rec == nil {
-		t.tx.Rollback()
+		t.bounded(t.tx.Rollback)
 		return errors.New("idemkey: postgres: nil record")
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.s.commitTimeout)
 	defer cancel()
 	if t.lapsed() {
-		t.tx.Rollback()
+		t.bounded(t.tx.Rollback)
 		return store.ErrNotOwner
 	}
 	if t.s.undo4xx && rec.Status >= 400 {
@@ -205,14 +240,14 @@ func (t *sqlRequestTx) Commit(ctx context.Context, rec *store.Record, retention 
 			if errors.Is(err, sql.ErrTxDone) {
 				return t.commitOutside(ctx, rec, retention)
 			}
-			t.tx.Rollback()
+			t.bounded(t.tx.Rollback)
 			return unavailable("commit", err)
 		}
 	}
 	if t.key != "" {
 		args, err := recordArgs(t.key, t.token, rec, retention)
 		if err != nil {
-			t.tx.Rollback()
+			t.bounded(t.tx.Rollback)
 			return err
 		}
 		var kept bool
@@ -224,14 +259,14 @@ func (t *sqlRequestTx) Commit(ctx context.Context, rec *store.Record, retention 
 			return store.ErrNotOwner
 		case sqlState(err) == "22P02":
 			// Fenced: the claim is no longer this request's.
-			t.tx.Rollback()
+			t.bounded(t.tx.Rollback)
 			return store.ErrNotOwner
 		case err != nil:
-			t.tx.Rollback()
+			t.bounded(t.tx.Rollback)
 			return unavailable("commit", err)
 		}
 	}
-	err := t.tx.Commit()
+	err := t.bounded(t.tx.Commit)
 	switch {
 	case err == nil:
 		return nil
@@ -280,7 +315,7 @@ func (t *sqlRequestTx) Rollback(ctx context.Context) error {
 		return errors.New("idemkey: postgres: rollback: the transaction already ended")
 	}
 	defer t.finish()
-	err := t.tx.Rollback()
+	err := t.bounded(t.tx.Rollback)
 	if errors.Is(err, sql.ErrTxDone) && t.key != "" && !t.lapsed() {
 		// The handler ended it: did its claim commit?
 		ctx, cancel := context.WithTimeout(ctx, t.s.commitTimeout)
