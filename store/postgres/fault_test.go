@@ -179,24 +179,7 @@ func TestFaultDatabaseFrozen(t *testing.T) {
 	// the retry replays it, or the transaction died with the connection,
 	// its lock with it, and the retry takes the key over as soon as the
 	// server has seen that. Either way, one payment.
-	res, retry := claimWhenFree(t, st, key, newClaim(1))
-	switch res.State {
-	case store.Completed:
-		t.Logf("after thaw: the commit sent during the freeze ran; the retry replays it")
-	case store.Claimed:
-		t.Logf("after thaw: the commit never ran; the retry took the key over")
-		if err := pay.insert(retry.NewContext(ctx), key, "retry"); err != nil {
-			t.Fatal(err)
-		}
-		if err := retry.Commit(ctx, record("b", 1), time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	default:
-		t.Fatalf("after thaw: %v", res.State)
-	}
-	if got := pay.madeBy(t, key); len(got) != 1 {
-		t.Fatalf("payments %v, want one", got)
-	}
+	retryPaysOnce(t, st, pay, key, pay.insert)
 }
 
 // TestFaultPoolExhausted: with every connection held by a running request,

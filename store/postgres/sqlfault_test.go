@@ -114,24 +114,7 @@ func TestSQLFaultDatabaseDown(t *testing.T) {
 		t.Errorf("ClaimTx against a frozen server: %v after %v: %v (the pool was not exhausted)", got, d, err)
 	}
 	srv.Thaw()
-	res, retry := claimWhenFree(t, st, key, newClaim(1))
-	switch res.State {
-	case store.Completed:
-		t.Logf("after thaw: the commit sent during the freeze ran; the retry replays it")
-	case store.Claimed:
-		t.Logf("after thaw: the commit never ran; the retry took the key over")
-		if err := pay.insertSQL(retry.NewContext(ctx), key, "retry"); err != nil {
-			t.Fatal(err)
-		}
-		if err := retry.Commit(ctx, record("b", 1), time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	default:
-		t.Fatalf("after thaw: %v", res.State)
-	}
-	if got := pay.madeBy(t, key); len(got) != 1 {
-		t.Fatalf("payments %v, want one", got)
-	}
+	retryPaysOnce(t, st, pay, key, pay.insertSQL)
 
 	srv.Kill()
 	for _, tc := range []struct {
@@ -238,22 +221,5 @@ func TestSQLFaultLostCommitReply(t *testing.T) {
 	if errors.Is(err, store.ErrNotOwner) || d > 2*bound {
 		t.Fatalf("commit with its replies lost: %v after %v, want an unknown outcome within the budget", err, d)
 	}
-	res, retry := claimWhenFree(t, st, key, newClaim(1))
-	switch res.State {
-	case store.Completed:
-		t.Logf("the retry replayed the record")
-	case store.Claimed:
-		if err := pay.insertSQL(retry.NewContext(ctx), key, "retry"); err != nil {
-			t.Fatal(err)
-		}
-		if err := retry.Commit(ctx, record("paid again", 1), time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("the retry took the key over and ran")
-	default:
-		t.Fatalf("the retry: %v", res.State)
-	}
-	if got := pay.madeBy(t, key); len(got) != 1 {
-		t.Fatalf("payments %v, want one", got)
-	}
+	retryPaysOnce(t, st, pay, key, pay.insertSQL)
 }

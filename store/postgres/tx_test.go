@@ -99,6 +99,35 @@ func claimTx(t testing.TB, st *postgres.Store, key string, c store.Claim, want s
 	return tx
 }
 
+// retryPaysOnce is the retry after a first attempt whose outcome was
+// unknown: it claims key once no transaction holds it, replays the record
+// the first attempt kept, or else pays (with insert) and commits, and
+// fails unless the key then holds exactly one payment. It returns what
+// the retry found.
+func retryPaysOnce(t *testing.T, st *postgres.Store, pay payments, key string, insert func(ctx context.Context, key, by string) error) store.State {
+	t.Helper()
+	ctx := context.Background()
+	res, retry := claimWhenFree(t, st, key, newClaim(1))
+	switch res.State {
+	case store.Completed:
+		t.Logf("the first attempt's commit ran: the retry replays its record")
+	case store.Claimed:
+		t.Logf("the first attempt's commit never ran: the retry took the key over and pays")
+		if err := insert(retry.NewContext(ctx), key, "retry"); err != nil {
+			t.Fatal(err)
+		}
+		if err := retry.Commit(ctx, record("paid again", 1), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatalf("the retry: %v", res.State)
+	}
+	if got := pay.madeBy(t, key); len(got) != 1 {
+		t.Fatalf("payments %v, want one", got)
+	}
+	return res.State
+}
+
 // claimWhenFree claims key with ClaimTx until the answer is no longer
 // InFlight, for up to 10 s, and returns the answer. It is for a key whose
 // owner's connection the store has just closed: the server notices a
