@@ -1,0 +1,26 @@
+module github.com/idemkey/idemkey/datalayers
+
+go 1.26.0
+
+require (
+	github.com/idemkey/idemkey v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey/internal/pgtest v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201134112-96e04b4d74af
+	github.com/jackc/pgx/v5 v5.12.0
+)
+
+require (
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+)
+
+// Until the modules are tagged, build against the ones in this repository.
+replace (
+	github.com/idemkey/idemkey => ../
+	github.com/idemkey/idemkey/internal/pgtest => ../internal/pgtest
+	github.com/idemkey/idemkey/store/postgres => ../store/postgres
+)
