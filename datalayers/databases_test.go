@@ -13,6 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/schema"
+	gormpg "gorm.io/driver/postgres"
+	"gorm.io/gorm"
 
 	"github.com/idemkey/idemkey/datalayers/internal/sqlcdb"
 	"github.com/idemkey/idemkey/internal/pgtest"
@@ -30,7 +34,8 @@ import (
 // the payments table under its plain name, as in a service.
 type database struct {
 	name string
-	// driver is the database/sql driver's name.
+	// driver is the database/sql driver's name (sqlx chooses its
+	// placeholders by it).
 	driver string
 	// bind rewrites a query written with ? placeholders into the
 	// engine's.
@@ -51,6 +56,8 @@ type database struct {
 	tx func(ctx context.Context) *sql.Tx
 
 	// What each data layer needs to know of the engine.
+	gorm func(conn gorm.ConnPool) gorm.Dialector
+	bun  func() schema.Dialect
 	// sqlc returns the insert through the engine's sqlc package (sqlc
 	// generates one per engine), bound once to db.
 	sqlc func(db *sql.DB) func(ctx context.Context, tx *sql.Tx, p payment) error
@@ -128,6 +135,10 @@ var postgresDB = &database{
 			postgres.WithSweepInterval(0), postgres.WithCallTimeout(10*time.Second))
 	},
 	tx: postgres.SQLTx,
+	gorm: func(conn gorm.ConnPool) gorm.Dialector {
+		return gormpg.New(gormpg.Config{Conn: conn})
+	},
+	bun: func() schema.Dialect { return pgdialect.New() },
 	sqlc: func(db *sql.DB) func(ctx context.Context, tx *sql.Tx, p payment) error {
 		queries := sqlcdb.New(db)
 		return func(ctx context.Context, tx *sql.Tx, p payment) error {

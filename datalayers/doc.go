@@ -1,6 +1,6 @@
 // Package datalayers shows the request's transaction used through the
 // data layers services bring, on database/sql: sqlc's database/sql
-// output, and plain database/sql for reference. The
+// output, GORM, Bun, sqlx, and plain database/sql for reference. The
 // middleware runs on a store that keeps the idempotency record in the
 // handler's own transaction (store/postgres's NewDB); the handler gets
 // that transaction as a *sql.Tx and writes a payment through the data
@@ -24,6 +24,9 @@
 // postgres.SQLTx(r.Context())):
 //
 //	sqlc    queries.WithTx(tx).CreatePayment(ctx, params)   (queries := db.New(sqlDB), once)
+//	GORM    gorm.Open(gormpg.New(gormpg.Config{Conn: tx}), &gorm.Config{SkipDefaultTransaction: true})
+//	Bun     bunDB.NewInsert().Conn(tx).Model(&p).Exec(ctx)  (bunDB := bun.NewDB(sqlDB, pgdialect.New()), once)
+//	sqlx    q, args, err := xdb.BindNamed(query, p); tx.ExecContext(ctx, q, args...)  (xdb := sqlx.NewDb(sqlDB, "pgx"), once)
 //
 // The module is one of its own, so that none of these data layers reaches
 // the requirements of idemkey's modules. The sqlc package (internal/sqlcdb)
