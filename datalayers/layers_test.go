@@ -156,10 +156,10 @@ func (w gormWriter) commit() error { return w.db.Commit().Error }
 // openGORM opens GORM on each request's transaction (its Conn), with a
 // fresh gorm.Config each time (gorm.Open writes into the one it is
 // given, so one shared by concurrent requests would race).
-// SkipDefaultTransaction: GORM would otherwise try to begin a transaction
-// of its own around each write, which a *sql.Tx cannot (GORM then goes on
-// without one). Its logger is off: the helper process speaks on its
-// standard output.
+// SkipDefaultTransaction spares GORM an attempt to begin a transaction of
+// its own around each write, which it cannot on a *sql.Tx (it then goes
+// on without one: the tests pass without the setting too). Its logger is
+// off: the helper process speaks on its standard output.
 //
 // An Open per request is cheap next to a round trip. Measured here
 // (without the race detector): the Open alone about 20 µs and 320
