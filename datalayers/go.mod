@@ -8,6 +8,7 @@ require (
 	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201134112-96e04b4d74af
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jmoiron/sqlx v1.4.0
+	github.com/lib/pq v1.10.9
 	github.com/uptrace/bun v1.3.0
 	github.com/uptrace/bun/dialect/pgdialect v1.3.0
 	gorm.io/driver/postgres v1.6.3

@@ -95,8 +95,10 @@
 // handler that calls Commit commits its claim with its writes: a kept
 // answer is then kept in a statement of its own, and after a 5xx, a panic
 // or a crash the key stays held for 24 hours (repeats get 409) rather than
-// let a retry make the writes twice. One that calls Rollback takes the
-// claim with it: nothing is kept, the key is free and the answer is 503.
+// let a retry make the writes twice; its writes are in whatever it
+// answers, so a kept 4xx after it keeps them too. One that calls Rollback
+// takes the claim with it: nothing is kept, the key is free and the answer
+// is 503.
 // Never send COMMIT or ROLLBACK as SQL through it.
 //
 // The transaction is begun with a context that ends at the claim's life:

@@ -27,9 +27,12 @@ type sqlTxKey struct{}
 // panic. A handler that calls its Commit anyway commits its claim with its
 // writes: a kept answer is still kept, in a statement of its own, and
 // after a 5xx or a panic the key stays held for 24 hours (repeats get
-// 409) rather than let a retry make the writes twice. One that calls its
-// Rollback takes its claim with it: the key is free, nothing is kept and
-// the answer is 503. Never send COMMIT or ROLLBACK as SQL through it.
+// 409) rather than let a retry make the writes twice. Its writes are in
+// whatever it answers: a kept 4xx after its own commit keeps them too (the
+// savepoint that undoes a 4xx's writes went with the commit). One that
+// calls its Rollback takes its claim with it: the key is free, nothing is
+// kept and the answer is 503. Never send COMMIT or ROLLBACK as SQL through
+// it.
 func SQLTx(ctx context.Context) *sql.Tx {
 	tx, _ := ctx.Value(sqlTxKey{}).(*sql.Tx)
 	return tx
