@@ -1,0 +1,2 @@
+// Package mysql is the idempotency store for MySQL and MariaDB.
+package mysql
