@@ -140,3 +140,88 @@ func noLocks(t testing.TB, db *sql.DB, st *mysql.Store, key string, fp [32]byte)
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// payments is a table of the test's own that handlers write to through
+// the request's transaction: one row per run of a handler.
+type payments struct {
+	db   *sql.DB
+	name string
+}
+
+func newPayments(t testing.TB, db *sql.DB) payments {
+	t.Helper()
+	name := "idemkey_pay_" + randomHex(6)
+	if _, err := db.Exec("CREATE TABLE `" + name + "` (id BIGINT AUTO_INCREMENT PRIMARY KEY, k VARBINARY(255) NOT NULL, made_by VARCHAR(64) NOT NULL DEFAULT '', KEY (k)) ENGINE=InnoDB"); err != nil {
+		t.Fatal(err)
+	}
+	dropOnCleanup(t, db, name)
+	return payments{db: db, name: name}
+}
+
+// insert writes a payment for key through tx.
+func (p payments) insert(ctx context.Context, tx *sql.Tx, key, by string) error {
+	_, err := tx.ExecContext(ctx, "INSERT INTO `"+p.name+"` (k, made_by) VALUES (?, ?)", key, by)
+	return err
+}
+
+// count returns how many payments key has, committed.
+func (p payments) count(t testing.TB, key string) int {
+	t.Helper()
+	var n int
+	if err := p.db.QueryRow("SELECT COUNT(*) FROM `"+p.name+"` WHERE k = ?", key).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// connID returns the server session id of the request's transaction.
+func connID(t testing.TB, ctx context.Context) int64 {
+	t.Helper()
+	var id int64
+	if err := mysql.Tx(ctx).QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// claimTx claims key in a transaction and fails t unless it is Claimed.
+func claimTx(t testing.TB, st *mysql.Store, key string, c store.Claim) (context.Context, store.Tx) {
+	t.Helper()
+	res, tx, err := st.ClaimTx(context.Background(), key, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != store.Claimed || tx == nil {
+		t.Fatalf("ClaimTx of a free key: %v (tx %v), want claimed", res.State, tx != nil)
+	}
+	return tx.NewContext(context.Background()), tx
+}
+
+// untilClaimed claims key in a transaction until it is Claimed, within
+// limit, and returns the transaction and how long it took.
+func untilClaimed(t testing.TB, st *mysql.Store, key string, c store.Claim, limit time.Duration) (store.Tx, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	for {
+		res, tx, err := st.ClaimTx(context.Background(), key, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.State == store.Claimed {
+			return tx, time.Since(start)
+		}
+		if res.State != store.InFlight {
+			t.Fatalf("ClaimTx of a key held: %v, want in flight", res.State)
+		}
+		if time.Since(start) > limit {
+			t.Fatalf("the key was not free within %v", limit)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// record is a kept response for fingerprint fp.
+func record(fp [32]byte, status int) *store.Record {
+	now := time.Now()
+	return &store.Record{Status: status, Body: []byte("kept"), Fingerprint: fp, CreatedAt: now, CompletedAt: now}
+}

@@ -106,8 +106,13 @@ func (s *Store) Delete(ctx context.Context, key string, seen store.Entry) (bool,
 	if st == strconv.Itoa(int(store.Completed)) {
 		kept = "1"
 	}
-	res, err := s.db.ExecContext(ctx, "DELETE FROM "+s.sql.t+" WHERE k = "+strLit(key)+" AND token = "+strLit(token)+
-		" AND expires_us = "+intLit(expires)+" AND (status IS NOT NULL) = "+kept)
+	res, err := s.db.ExecContext(ctx, s.sql.noWait("DELETE FROM "+s.sql.t+" WHERE k = "+strLit(key)+" AND token = "+strLit(token)+
+		" AND expires_us = "+intLit(expires)+" AND (status IS NOT NULL) = "+kept))
+	if isNumber(err, errLockWaitTimeout) {
+		// A request's transaction holds the row: it took the key over,
+		// and the entry seen is gone.
+		return false, nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("idemkey: mysql: delete: %w", err)
 	}

@@ -63,6 +63,25 @@ func lockName(parts ...[]byte) string {
 // statements writes the store's statements for one table.
 type statements struct {
 	t string // the table, quoted
+	// mariadb: the server is MariaDB, whose statements can set a
+	// variable for themselves (SET STATEMENT … FOR), where MySQL takes an
+	// optimizer hint (SET_VAR).
+	mariadb bool
+}
+
+// noWait returns stmt (an UPDATE or DELETE of a plain call) bounded so
+// that it does not wait for a row another transaction holds (a request's
+// transaction that took over a lapsed claim): it fails at once with a lock
+// wait timeout (1205) on MariaDB, after one second on MySQL (the least
+// innodb_lock_wait_timeout it takes), and the call then reads the row's
+// committed state to answer. It runs in READ COMMITTED or REPEATABLE READ
+// alike.
+func (q statements) noWait(stmt string) string {
+	if q.mariadb {
+		return "SET STATEMENT innodb_lock_wait_timeout = 0 FOR " + stmt
+	}
+	verb, rest, _ := strings.Cut(stmt, " ")
+	return verb + " /*+ SET_VAR(innodb_lock_wait_timeout = 1) */ " + rest
 }
 
 func newStatements(schema, table string) statements {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -112,6 +113,11 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
 		sweepDone:     make(chan struct{}),
 	}
 	s.name = s.sql.t
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return nil, fmt.Errorf("idemkey: mysql: reading the server's version: %w", err)
+	}
+	s.sql.mariadb = strings.Contains(version, "MariaDB")
 	if err := checkTable(ctx, db, s.sql.t); err != nil {
 		return nil, err
 	}
@@ -436,15 +442,14 @@ func gaveUp(lastErr error) error {
 
 // MySQL's error numbers the store tells apart.
 const (
-	errDupKey           = 1062 // ER_DUP_ENTRY
-	errNoSuchTable      = 1146 // ER_NO_SUCH_TABLE
-	errBadField         = 1054 // ER_BAD_FIELD_ERROR
-	errUnknownVariable  = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
-	errNoSuchThread     = 1094 // ER_NO_SUCH_THREAD
-	errNoSuchSavepoint  = 1305 // ER_SP_DOES_NOT_EXIST (SAVEPOINT … does not exist)
-	errLockDeadlock     = 1213 // ER_LOCK_DEADLOCK
-	errLockWaitTimeout  = 1205 // ER_LOCK_WAIT_TIMEOUT
-	errQueryInterrupted = 1317 // ER_QUERY_INTERRUPTED
+	errDupKey          = 1062 // ER_DUP_ENTRY
+	errNoSuchTable     = 1146 // ER_NO_SUCH_TABLE
+	errBadField        = 1054 // ER_BAD_FIELD_ERROR
+	errUnknownVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
+	errNoSuchThread    = 1094 // ER_NO_SUCH_THREAD
+	errNoSuchSavepoint = 1305 // ER_SP_DOES_NOT_EXIST (SAVEPOINT … does not exist)
+	errLockDeadlock    = 1213 // ER_LOCK_DEADLOCK
+	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
 )
 
 // isNumber reports whether err is the server's error number n.
@@ -490,9 +495,14 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	stmt, args := s.sql.keep(key, token, rec, header, ret, 0)
+	stmt = s.sql.noWait(stmt)
 	var lastErr error
 	for range maxAttempts {
 		n, err := s.exec(ctx, stmt, args...)
+		if isNumber(err, errLockWaitTimeout) {
+			// Another transaction holds the row: see what it was.
+			n, err = 0, nil
+		}
 		if err != nil {
 			if connLost(ctx, err) {
 				lastErr = err
@@ -515,7 +525,10 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 		case st.mine && st.kept && st.live:
 			return nil // a resent Complete
 		case st.mine && !st.kept && st.live:
-			continue // the row changed between the statements
+			// The row changed between the statements, or another
+			// transaction held it a moment (a claim that met it).
+			pause(ctx)
+			continue
 		}
 		return store.ErrNotOwner
 	}
@@ -535,10 +548,13 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	stmt := s.sql.release(key, token)
+	stmt := s.sql.noWait(s.sql.release(key, token))
 	var lastErr error
 	for range maxAttempts {
 		n, err := s.exec(ctx, stmt)
+		if isNumber(err, errLockWaitTimeout) {
+			n, err = 0, nil
+		}
 		if err != nil {
 			if connLost(ctx, err) {
 				lastErr = err
@@ -561,7 +577,8 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		case !st.found || !st.live:
 			return nil
 		case st.mine && !st.kept:
-			continue // the row changed between the statements
+			pause(ctx) // the row changed between the statements, or was held a moment
+			continue
 		}
 		return store.ErrNotOwner
 	}
@@ -581,18 +598,48 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	stmt := s.sql.extend(key, token, microsOf(ttl))
-	n, err := s.exec(ctx, stmt)
-	if err != nil && connLost(ctx, err) {
-		n, err = s.exec(ctx, stmt)
-	}
-	if err != nil {
-		return unavailable("extend", err)
-	}
-	if n == 0 {
+	stmt := s.sql.noWait(s.sql.extend(key, token, microsOf(ttl)))
+	var lastErr error
+	for range maxAttempts {
+		n, err := s.exec(ctx, stmt)
+		if isNumber(err, errLockWaitTimeout) {
+			n, err = 0, nil
+		}
+		if err != nil {
+			if connLost(ctx, err) {
+				lastErr = err
+				continue
+			}
+			return unavailable("extend", err)
+		}
+		if n == 1 {
+			return nil
+		}
+		st, err := s.state(ctx, key, token)
+		if err != nil {
+			if connLost(ctx, err) {
+				lastErr = err
+				continue
+			}
+			return unavailable("extend", err)
+		}
+		if st.mine && !st.kept && st.live {
+			pause(ctx) // held a moment by another transaction
+			continue
+		}
 		return store.ErrNotOwner
 	}
-	return nil
+	return unavailable("extend", gaveUp(lastErr))
+}
+
+// pause waits a moment (5 ms, or until ctx ends) before a call asks again.
+func pause(ctx context.Context) {
+	t := time.NewTimer(5 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // exec runs stmt on the pool and returns the rows it affected.
