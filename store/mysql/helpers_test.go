@@ -5,9 +5,13 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"io"
+	"log"
 	"os"
 	"testing"
 	"time"
+
+	drv "github.com/go-sql-driver/mysql"
 
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/mysql"
@@ -224,4 +228,10 @@ func untilClaimed(t testing.TB, st *mysql.Store, key string, c store.Claim, limi
 func record(fp [32]byte, status int) *store.Record {
 	now := time.Now()
 	return &store.Record{Status: status, Body: []byte("kept"), Fingerprint: fp, CreatedAt: now, CompletedAt: now}
+}
+
+func init() {
+	// The driver logs a connection the server closed (the tests kill
+	// sessions on purpose); the store reports what matters itself.
+	drv.SetLogger(log.New(io.Discard, "", 0))
 }
