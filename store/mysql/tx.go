@@ -141,7 +141,7 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 	// middleware ends the transaction, and database/sql would roll back
 	// at the context's end, behind its back.
 	txCtx, txCancel := context.WithCancel(context.WithoutCancel(ctx))
-	tx, err := conn.BeginTx(txCtx, s.txOptions)
+	tx, err := beginTx(callCtx, txCtx, txCancel, conn, s.txOptions)
 	if err != nil {
 		txCancel()
 		s.discard(conn, r.connID)
@@ -157,6 +157,12 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()
+	}
+	if isNumber(err, errDupKey) {
+		// A row was committed after the first statement read none (its
+		// owner let go of the key just before this claim took it):
+		// nothing was written; ask again.
+		n, err = 0, nil
 	}
 	if err != nil {
 		return fail(err)
@@ -181,6 +187,23 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 	return t, true, nil
 }
 
+// beginTx begins the request's transaction on conn, with txCtx for its
+// life (database/sql rolls it back when txCtx ends), and within callCtx:
+// when the call's budget ends before the server has answered, txCtx is
+// ended, which closes the connection.
+func beginTx(callCtx, txCtx context.Context, txCancel context.CancelFunc, conn *sql.Conn, opts *sql.TxOptions) (*sql.Tx, error) {
+	stop := context.AfterFunc(callCtx, txCancel)
+	tx, err := conn.BeginTx(txCtx, opts)
+	if !stop() {
+		// The budget ended while START TRANSACTION ran.
+		if err == nil {
+			tx.Rollback()
+		}
+		return nil, context.Cause(callCtx)
+	}
+	return tx, err
+}
+
 // Begin opens a transaction with no claim, for a request without a key on
 // a route where the key is optional: START TRANSACTION (and the savepoint
 // of WithClientErrorWrites), on a connection held until Commit or
@@ -196,7 +219,7 @@ func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
 		return nil, err
 	}
 	txCtx, txCancel := context.WithCancel(context.WithoutCancel(ctx))
-	tx, err := conn.BeginTx(txCtx, s.txOptions)
+	tx, err := beginTx(callCtx, txCtx, txCancel, conn, s.txOptions)
 	if err == nil && s.undo4xx {
 		if _, err = tx.ExecContext(callCtx, "SAVEPOINT "+savepoint); err != nil {
 			tx.Rollback()

@@ -422,3 +422,59 @@ func TestPlainAndTxShareTable(t *testing.T) {
 		t.Fatalf("Claim after the transaction committed: %v %v, want its record", res.State, err)
 	}
 }
+
+// TestWait: a repeat waits for the request in flight and wakes when it
+// commits; a key no transaction holds for the request answers false at
+// once.
+func TestWait(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	key, c := newKey(), newClaim(1)
+	ctx := context.Background()
+	if ok, err := st.Wait(ctx, key, c); ok || err != nil {
+		t.Fatalf("Wait on a free key: %v %v, want false", ok, err)
+	}
+	_, tx := claimTx(t, st, key, c)
+	woke := make(chan time.Time, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		ok, err := st.Wait(wctx, key, newClaim(1))
+		if !ok || err != nil {
+			t.Errorf("Wait on a key in flight: %v %v, want true", ok, err)
+		}
+		woke <- time.Now()
+	}()
+	// The waiter waits while the owner runs.
+	select {
+	case <-woke:
+		t.Fatal("Wait returned while the owner still ran")
+	case <-time.After(100 * time.Millisecond):
+	}
+	committed := time.Now()
+	if err := tx.Commit(ctx, record(c.Fingerprint, 201), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-woke:
+		t.Logf("the waiter woke %v after the commit", at.Sub(committed))
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return after the owner committed")
+	}
+	res, _, err := st.ClaimTx(ctx, key, newClaim(1))
+	if err != nil || res.State != store.Completed {
+		t.Fatalf("after the wait: %v %v, want the record", res.State, err)
+	}
+	// A wait whose time is up answers true (claim again to learn more).
+	key2 := newKey()
+	_, tx2 := claimTx(t, st, key2, c)
+	defer tx2.Rollback(ctx)
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if ok, err := st.Wait(wctx, key2, newClaim(1)); !ok || err != nil {
+		t.Fatalf("Wait whose time is up: %v %v, want true", ok, err)
+	}
+	if wctx.Err() == nil {
+		t.Fatal("Wait returned before its time was up while the owner ran")
+	}
+}
