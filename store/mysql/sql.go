@@ -1,0 +1,249 @@
+package mysql
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkey/idemkey/store"
+)
+
+// The statements are written with their values in them, as literals: byte
+// strings as hexadecimal (X'…', which no sql_mode or character set
+// reads differently) and integers in decimal. A statement without
+// arguments goes to the server as one text query, one round trip, whatever
+// the DSN says (the driver sends a statement with arguments as a prepare
+// and an execute, two, unless interpolateParams is set). Only a large
+// response body is sent as an argument.
+//
+// Times are microseconds since the Unix epoch on the server's clock
+// (nowUS: the same value everywhere in a statement), so that instances
+// whose clocks disagree still agree on when a claim lapses, and neither
+// the driver's parseTime nor any time zone matters. A row whose expires_us
+// is past is gone as far as every statement is concerned, whether or not
+// the sweeper has deleted it yet.
+const nowUS = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
+
+// bodyLiteralMax is the largest response body written into a statement as
+// a literal (twice its size in hexadecimal); a larger one is sent as an
+// argument, in binary.
+const bodyLiteralMax = 64 << 10
+
+// hexLit is b as a byte-string literal.
+func hexLit(b []byte) string {
+	out := make([]byte, 0, 3+2*len(b))
+	out = append(out, "X'"...)
+	out = hex.AppendEncode(out, b)
+	return string(append(out, '\''))
+}
+
+// strLit is s as a byte-string literal.
+func strLit(s string) string { return hexLit([]byte(s)) }
+
+func intLit(n int64) string { return strconv.FormatInt(n, 10) }
+
+// lockName is a named lock's name: "idemkey:" and 56 hex digits of a
+// SHA-256 over the length-prefixed parts, 64 characters, MySQL's limit.
+// Named locks are the server's, shared by every database on it, so the
+// parts start with the database and the table.
+func lockName(parts ...[]byte) string {
+	h := sha256.New()
+	var n [4]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint32(n[:], uint32(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	return "idemkey:" + hex.EncodeToString(h.Sum(nil)[:28])
+}
+
+// statements writes the store's statements for one table.
+type statements struct {
+	t string // the table, quoted
+	// mariadb: the server is MariaDB, whose statements can set a
+	// variable for themselves (SET STATEMENT … FOR), where MySQL takes an
+	// optimizer hint (SET_VAR).
+	mariadb bool
+}
+
+// noWait returns stmt (an UPDATE or DELETE of a plain call) bounded so
+// that it does not wait for a row another transaction holds (a request's
+// transaction that took over a lapsed claim): it fails at once with a lock
+// wait timeout (1205) on MariaDB, after one second on MySQL (the least
+// innodb_lock_wait_timeout it takes), and the call then reads the row's
+// committed state to answer. It runs in READ COMMITTED or REPEATABLE READ
+// alike.
+func (q statements) noWait(stmt string) string {
+	if q.mariadb {
+		return "SET STATEMENT innodb_lock_wait_timeout = 0 FOR " + stmt
+	}
+	verb, rest, _ := strings.Cut(stmt, " ")
+	return verb + " /*+ SET_VAR(innodb_lock_wait_timeout = 1) */ " + rest
+}
+
+func newStatements(schema, table string) statements {
+	t := "`" + table + "`"
+	if schema != "" {
+		t = "`" + schema + "`." + t
+	}
+	return statements{t: t}
+}
+
+// The kinds of answer of the claim's first statement (claim).
+const (
+	gotBoth    = 1 // both locks taken: the caller owns the key
+	gotRow     = 0 // a live row holds the key: its columns say what
+	heldOther  = 2 // the key's lock is held, for another request
+	heldSame   = 3 // the fingerprint's lock is held: this request is in flight
+	heldByThis = 4 // this connection holds a lock already (never expected)
+)
+
+// claim reads the key's row and, when it is not live, tries the claim's
+// two named locks, in this order: the key's with the request's
+// fingerprint (fl), then the key's (kl). Whoever holds the key's lock owns
+// the key, and holds the first one too until it lets go of both. So a
+// request that finds the first lock taken is a repeat of a request that
+// holds the key (heldSame), and one that gets the first but not the second
+// finds the key held for another request (heldOther), and lets go of the
+// first in the same statement. GET_LOCK(…, 0) never waits.
+//
+// The statement's clock reading is taken when it starts, and the row read
+// a moment later may be a claim made in between: the remaining life of a
+// claim is counted from its creation at the earliest, never longer than
+// its life.
+//
+// Columns: token, fingerprint, created_us, remaining life (µs), status,
+// header, body, body_omitted, completed_us (of the live row, else NULL),
+// the kind of answer, whether a row (live or not) is there, and the
+// connection's id.
+func (q statements) claim(key, kl, fl string) string {
+	kq, fq := "'"+kl+"'", "'"+fl+"'"
+	return "SELECT r.token, r.fingerprint, r.created_us, r.expires_us - IF(r.status IS NULL, GREATEST(n.now_us, r.created_us), n.now_us), r.status, r.header, r.body, r.body_omitted, r.completed_us,\n" +
+		"  CASE WHEN r.expires_us > n.now_us THEN 0\n" +
+		"       WHEN IS_USED_LOCK(" + kq + ") <=> CONNECTION_ID() OR IS_USED_LOCK(" + fq + ") <=> CONNECTION_ID() THEN 4\n" +
+		"       WHEN NOT (GET_LOCK(" + fq + ", 0) <=> 1) THEN 3\n" +
+		"       WHEN NOT (GET_LOCK(" + kq + ", 0) <=> 1) THEN IF(RELEASE_LOCK(" + fq + ") IS NULL, 2, 2)\n" +
+		"       ELSE 1 END,\n" +
+		"  r.k IS NOT NULL, CONNECTION_ID()\n" +
+		"FROM (SELECT " + nowUS + " AS now_us) n LEFT JOIN " + q.t + " r ON r.k = " + strLit(key)
+}
+
+// insert claims a key that has no row, with a life of lifeUS.
+func (q statements) insert(key, token string, fp [32]byte, lifeUS int64) string {
+	return "INSERT INTO " + q.t + " (k, token, fingerprint, created_us, expires_us) VALUES (" +
+		strLit(key) + ", " + strLit(token) + ", " + hexLit(fp[:]) + ", " + nowUS + ", " + nowUS + " + " + intLit(lifeUS) + ")"
+}
+
+// takeover claims a key whose row's life is over. It changes the token
+// (always: the claim's token is fresh, or its created_us moves), so one
+// row is affected exactly when it took the key, with or without the DSN's
+// clientFoundRows.
+func (q statements) takeover(key, token string, fp [32]byte, lifeUS int64) string {
+	return "UPDATE " + q.t + " SET token = " + strLit(token) + ", fingerprint = " + hexLit(fp[:]) +
+		", created_us = " + nowUS + ", expires_us = " + nowUS + " + " + intLit(lifeUS) +
+		", status = NULL, header = NULL, body = NULL, body_omitted = NULL, completed_us = NULL" +
+		" WHERE k = " + strLit(key) + " AND expires_us <= " + nowUS
+}
+
+// keep writes rec in place of the claim held by token. The fence is the
+// claim's: with claimLifeUS > 0, that its life (from created_us, on the
+// server's clock) is not over, for a keep inside the request's
+// transaction; with 0, that its row is live (a plain Complete); with -1,
+// none but the token (a claim the handler committed itself). status goes
+// from NULL to a number, so one row is affected exactly when it kept the
+// record, with or without clientFoundRows. A large body is the statement's
+// one argument.
+func (q statements) keep(key, token string, rec *store.Record, header []byte, retentionUS, claimLifeUS int64) (string, []any) {
+	var b strings.Builder
+	var args []any
+	b.WriteString("UPDATE " + q.t + " SET fingerprint = " + hexLit(rec.Fingerprint[:]) +
+		", status = " + intLit(int64(rec.Status)) + ", header = ")
+	if len(header) == 0 {
+		b.WriteString("NULL")
+	} else {
+		b.WriteString(hexLit(header))
+	}
+	b.WriteString(", body = ")
+	if len(rec.Body) > bodyLiteralMax {
+		b.WriteString("?")
+		args = append(args, rec.Body)
+	} else {
+		b.WriteString(hexLit(rec.Body))
+	}
+	omitted := "0"
+	if rec.BodyOmitted {
+		omitted = "1"
+	}
+	b.WriteString(", body_omitted = " + omitted +
+		", created_us = " + intLit(rec.CreatedAt.UnixMicro()) +
+		", completed_us = " + intLit(rec.CompletedAt.UnixMicro()) +
+		", expires_us = " + nowUS + " + " + intLit(retentionUS) +
+		" WHERE k = " + strLit(key) + " AND token = " + strLit(token) + " AND status IS NULL")
+	switch {
+	case claimLifeUS > 0:
+		b.WriteString(" AND created_us + " + intLit(claimLifeUS) + " > " + nowUS)
+	case claimLifeUS == 0:
+		b.WriteString(" AND expires_us > " + nowUS)
+	}
+	return b.String(), args
+}
+
+// state reads what key's row is to a token: whether the token holds it,
+// whether it is a kept record, and whether it is live. No row: no answer.
+func (q statements) state(key, token string) string {
+	return "SELECT token = " + strLit(token) + ", status IS NOT NULL, expires_us > " + nowUS +
+		" FROM " + q.t + " WHERE k = " + strLit(key)
+}
+
+// release deletes the claim held by token.
+func (q statements) release(key, token string) string {
+	return "DELETE FROM " + q.t + " WHERE k = " + strLit(key) + " AND token = " + strLit(token) + " AND status IS NULL"
+}
+
+// extend sets the remaining life of the live claim held by token.
+func (q statements) extend(key, token string, ttlUS int64) string {
+	return "UPDATE " + q.t + " SET expires_us = " + nowUS + " + " + intLit(ttlUS) +
+		" WHERE k = " + strLit(key) + " AND token = " + strLit(token) + " AND status IS NULL AND expires_us > " + nowUS
+}
+
+// heldRelease reports whether the claim held by token is committed and in
+// flight (after the request's transaction rolled back: whether the
+// handler committed it before, with its writes), and lets go of every
+// named lock of the connection, in one statement.
+func (q statements) heldRelease(key, token string) string {
+	return "SELECT EXISTS (SELECT 1 FROM " + q.t + " WHERE k = " + strLit(key) + " AND token = " + strLit(token) +
+		" AND status IS NULL), RELEASE_ALL_LOCKS()"
+}
+
+// releaseLocks lets go of every named lock the connection holds.
+const releaseLocks = "DO RELEASE_ALL_LOCKS()"
+
+// sweepSelect locks up to n lapsed rows, oldest first, skipping rows
+// another transaction holds (a takeover in a request's transaction,
+// another sweeper).
+func (q statements) sweepSelect(n int) string {
+	return "SELECT k FROM " + q.t + " WHERE expires_us <= " + nowUS +
+		" ORDER BY expires_us LIMIT " + strconv.Itoa(n) + " FOR UPDATE SKIP LOCKED"
+}
+
+// sweepDelete deletes the lapsed rows of keys.
+func (q statements) sweepDelete(keys [][]byte) string {
+	var b strings.Builder
+	b.WriteString("DELETE FROM " + q.t + " WHERE k IN (")
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(hexLit(k))
+	}
+	b.WriteString(") AND expires_us <= " + nowUS)
+	return b.String()
+}
+
+// micros returns d in whole microseconds, rounded up.
+func microsOf(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}

@@ -1,0 +1,792 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/idemkey/idemkey/internal/option"
+	"github.com/idemkey/idemkey/store"
+)
+
+// Store keeps claims and records in a MySQL or MariaDB table, one row per
+// idempotency key, through database/sql. It is safe for concurrent use.
+// The *sql.DB belongs to the caller, who closes it after closing the
+// Store.
+type Store struct {
+	db            *sql.DB
+	sql           statements
+	schema, table string // the table's database and name, for lock names
+	name          string // the table, for messages
+	timeout       time.Duration
+	commitTimeout time.Duration
+	txOptions     *sql.TxOptions
+	// undo4xx: a kept 4xx rolls the handler's writes back to a savepoint
+	// (WithClientErrorWrites).
+	undo4xx    bool
+	sweepBatch int
+
+	stop      chan struct{}
+	stopOnce  sync.Once
+	sweepDone chan struct{}
+	// bg counts the work left to run in the background (letting go of a
+	// claim's locks after its commit): Close waits for it.
+	bg sync.WaitGroup
+}
+
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Extender = (*Store)(nil)
+	_ store.TxStore  = (*Store)(nil)
+)
+
+// smallPool is the pool size under which New warns.
+const smallPool = 10
+
+// maxAttempts bounds how often one call starts again when the answer says
+// the key changed under it (a claim racing another, a takeover lost) or
+// its connection died: each attempt sees a state that settled after the
+// last, so a few are plenty.
+const maxAttempts = 5
+
+// Limits of what the table's columns hold: a longer value is refused
+// before it is sent, so that a server in a lax sql_mode never truncates it.
+const (
+	maxKey   = 100
+	maxToken = 128
+)
+
+// New returns a Store on db. It checks, within ctx, that the table
+// (WithTable; default DefaultTable) exists with the schema's columns (and
+// says how to create it when it does not), that the server's named locks
+// are real and shared by its sessions (else ErrLocksNotReal), and that the
+// server is not a node of a Galera cluster (ErrGalera). It warns, through
+// log/slog's default logger, when db's pool is limited to fewer than 10
+// connections. It starts the background sweeper unless
+// WithSweepInterval(0) is given; Close stops it. It returns an error for a
+// nil db and for any invalid option.
+//
+// Size the pool for the requests served at once: a transactional request
+// holds one connection for its handler's whole run (see the package
+// documentation).
+func New(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("idemkey: mysql: nil *sql.DB")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	schema := cfg.schema
+	if schema == "" {
+		var cur sql.NullString
+		if err := db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&cur); err != nil {
+			return nil, fmt.Errorf("idemkey: mysql: reading the connection's database: %w", err)
+		}
+		if !cur.Valid || cur.String == "" {
+			return nil, fmt.Errorf("idemkey: mysql: the connection has no database: name one in the DSN, or qualify the table (WithTable(\"database.%s\"))", cfg.table)
+		}
+		schema = cur.String
+	}
+	s := &Store{
+		db:            db,
+		sql:           newStatements(cfg.schema, cfg.table),
+		schema:        schema,
+		table:         cfg.table,
+		timeout:       cfg.callTimeout,
+		commitTimeout: cfg.commitTimeout,
+		txOptions:     cfg.txOptions,
+		undo4xx:       !cfg.clientErrorWrites,
+		sweepBatch:    cfg.sweepBatch,
+		stop:          make(chan struct{}),
+		sweepDone:     make(chan struct{}),
+	}
+	s.name = s.sql.t
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return nil, fmt.Errorf("idemkey: mysql: reading the server's version: %w", err)
+	}
+	s.sql.mariadb = strings.Contains(version, "MariaDB")
+	if err := checkTable(ctx, db, s.sql.t); err != nil {
+		return nil, err
+	}
+	if err := checkGalera(ctx, db); err != nil {
+		return nil, err
+	}
+	if err := checkLocks(ctx, db); err != nil {
+		return nil, err
+	}
+	if n := db.Stats().MaxOpenConnections; n > 0 && n < smallPool {
+		slog.Warn("idemkey: mysql: the pool is small for transactional requests: each holds a connection for its handler's whole run, so at most this many run at once, and the rest are answered 503 once the call's budget has passed waiting for one; size the pool for the requests served at once (db.SetMaxOpenConns)",
+			"max_open_conns", n, "call_timeout", cfg.callTimeout)
+	}
+	if cfg.sweepInterval > 0 {
+		go s.sweepEvery(cfg.sweepInterval)
+	} else {
+		close(s.sweepDone)
+	}
+	return s, nil
+}
+
+func newConfig(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	if err := option.Apply("idemkey: mysql", &cfg, opts); err != nil {
+		return config{}, err
+	}
+	return cfg, nil
+}
+
+// Close stops the background sweeper and waits for a sweep in progress,
+// and for the background work of requests that have ended, to finish. It
+// does not close the *sql.DB. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.stopOnce.Do(func() { close(s.stop) })
+	<-s.sweepDone
+	s.bg.Wait()
+	return nil
+}
+
+// Table returns the name of the store's table, quoted as SQL needs it.
+func (s *Store) Table() string { return s.name }
+
+// locks returns the names of a claim's two named locks: the key's, and
+// the key's with the request's fingerprint.
+func (s *Store) locks(key string, fp [32]byte) (kl, fl string) {
+	kl = lockName([]byte(s.schema), []byte(s.table), []byte(key))
+	fl = lockName([]byte(s.schema), []byte(s.table), []byte(key), fp[:])
+	return kl, fl
+}
+
+// claimRow is the answer of the claim's first statement.
+type claimRow struct {
+	token, fingerprint []byte
+	createdUS, leftUS  sql.NullInt64
+	status             sql.NullInt64
+	header, body       []byte
+	omitted            sql.NullBool
+	completedUS        sql.NullInt64
+	kind               int64
+	present            bool
+	connID             int64
+}
+
+// readClaim runs the claim's first statement on conn.
+func (s *Store) readClaim(ctx context.Context, conn *sql.Conn, key string, c store.Claim) (claimRow, error) {
+	kl, fl := s.locks(key, c.Fingerprint)
+	var r claimRow
+	err := conn.QueryRowContext(ctx, s.sql.claim(key, kl, fl)).Scan(&r.token, &r.fingerprint, &r.createdUS, &r.leftUS,
+		&r.status, &r.header, &r.body, &r.omitted, &r.completedUS, &r.kind, &r.present, &r.connID)
+	return r, err
+}
+
+// result reads the answer of a claim that did not take the key.
+func (r *claimRow) result(c store.Claim) (store.Result, error) {
+	var res store.Result
+	switch r.kind {
+	case heldSame, heldOther:
+		// The holder's claim is not committed (or is being made): what is
+		// known of it is whether its request is this one.
+		res.State, res.Fingerprint = store.InFlight, c.Fingerprint
+		if r.kind == heldOther {
+			res.Fingerprint = another(c.Fingerprint)
+		}
+		res.ClaimedAt, res.TTL = time.Now(), c.TTL
+		return res, nil
+	case gotRow:
+	default:
+		return res, fmt.Errorf("unexpected answer %d", r.kind)
+	}
+	if len(r.fingerprint) != len(res.Fingerprint) {
+		return res, fmt.Errorf("%w: fingerprint of %d bytes", ErrUnreadable, len(r.fingerprint))
+	}
+	copy(res.Fingerprint[:], r.fingerprint)
+	if !r.status.Valid {
+		res.State = store.InFlight
+		res.TTL = time.Duration(r.leftUS.Int64) * time.Microsecond
+		res.ClaimedAt = time.UnixMicro(r.createdUS.Int64)
+		return res, nil
+	}
+	h, err := decodeHeader(r.header)
+	if err != nil {
+		return store.Result{}, err
+	}
+	body := r.body
+	if body == nil {
+		body = []byte{}
+	}
+	rec := &store.Record{
+		Status:      int(r.status.Int64),
+		Header:      h,
+		Body:        body,
+		BodyOmitted: r.omitted.Valid && r.omitted.Bool,
+		Fingerprint: res.Fingerprint,
+		CreatedAt:   time.UnixMicro(r.createdUS.Int64),
+	}
+	if r.completedUS.Valid {
+		rec.CompletedAt = time.UnixMicro(r.completedUS.Int64)
+	}
+	res.State, res.Record = store.Completed, rec
+	return res, nil
+}
+
+// another returns a fingerprint that is not fp: what an answer InFlight
+// carries for a holder known only to have another request's.
+func another(fp [32]byte) [32]byte {
+	for i := range fp {
+		fp[i] = ^fp[i]
+	}
+	return fp
+}
+
+// conn takes a connection from the pool within ctx.
+func (s *Store) conn(ctx context.Context, op string) (*sql.Conn, error) {
+	conn, err := s.db.Conn(ctx)
+	if err == nil {
+		return conn, nil
+	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		st := s.db.Stats()
+		return nil, unavailable(op, fmt.Errorf("%w (%d of %d in use): %w", ErrPoolExhausted, st.InUse, st.MaxOpenConnections, err))
+	}
+	return nil, unavailable(op, err)
+}
+
+// claimWrite is the statement that claims key once its locks are held:
+// an INSERT when the first statement found no row, a takeover of the
+// lapsed row it found otherwise.
+func (s *Store) claimWrite(r claimRow, key string, c store.Claim, lifeUS int64) string {
+	if r.present {
+		return s.sql.takeover(key, c.Token, c.Fingerprint, lifeUS)
+	}
+	return s.sql.insert(key, c.Token, c.Fingerprint, lifeUS)
+}
+
+// Claim claims key for c.Token with a life of c.TTL, or reports what holds
+// it. On a connection held for the call, its first statement reads the
+// key's row and, when no live row holds it, takes the claim's two named
+// locks (see the package documentation); a second writes the claim, which
+// commits at once; the locks are let go of after the answer, in the
+// background. A replay and a claim in flight cost one round trip; a first
+// run two (and one not waited for). A claim that meets another plain
+// claim being made waits for it (up to 100 ms at a time, within the
+// call's budget) to learn its fingerprint. Backend failures wrap
+// store.ErrUnavailable; a row this version cannot read is ErrUnreadable.
+// c.TTL is rounded up to whole microseconds and must be positive; c.Token
+// must not be empty.
+func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Result, error) {
+	life, err := checkClaim(key, c)
+	if err != nil {
+		return store.Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return store.Result{}, unavailable("claim", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var lastErr error
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		conn, err := s.conn(ctx, "claim")
+		if err != nil {
+			return store.Result{}, err
+		}
+		r, err := s.readClaim(ctx, conn, key, c)
+		if err != nil {
+			s.discard(conn, 0)
+			if connLost(ctx, err) {
+				lastErr = err
+				continue
+			}
+			return store.Result{}, unavailable("claim", err)
+		}
+		switch r.kind {
+		case heldByThis:
+			s.discard(conn, r.connID)
+			lastErr = errors.New("a pooled connection held a named lock of the store")
+			continue
+		case heldSame, heldOther:
+			if wait := waitFor(ctx); attempt < maxAttempts && wait > 0 {
+				// Most likely another plain claim being made: wait a
+				// moment for it to let go, then ask again for its row.
+				// (A transaction's owner holds the key far longer: then
+				// the answer says only whether it is this request.)
+				kl, _ := s.locks(key, c.Fingerprint)
+				secs := strconv.FormatFloat(wait.Seconds(), 'f', 3, 64)
+				_, err := conn.ExecContext(ctx, "DO IF(GET_LOCK('"+kl+"', "+secs+") = 1, RELEASE_LOCK('"+kl+"'), 0)")
+				conn.Close()
+				if err != nil && !connLost(ctx, err) {
+					return store.Result{}, unavailable("claim", err)
+				}
+				continue
+			}
+			conn.Close()
+		case gotBoth:
+			res, err := conn.ExecContext(ctx, s.claimWrite(r, key, c, life))
+			var n int64
+			if err == nil {
+				n, err = res.RowsAffected()
+			}
+			s.letGo(conn, r.connID)
+			if err != nil {
+				if isNumber(err, errDupKey) || connLost(ctx, err) {
+					lastErr = err
+					continue
+				}
+				return store.Result{}, unavailable("claim", err)
+			}
+			if n == 1 {
+				return store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}, nil
+			}
+			continue // the row changed between the statements
+		default:
+			conn.Close()
+		}
+		res, err := r.result(c)
+		if err != nil {
+			return store.Result{}, fmt.Errorf("idemkey: mysql: claim: %w", err)
+		}
+		if res.State == store.InFlight && r.kind == gotRow && string(r.token) == c.Token {
+			return store.Result{State: store.Mine, Fingerprint: res.Fingerprint}, nil
+		}
+		return res, nil
+	}
+	return store.Result{}, unavailable("claim", gaveUp(lastErr))
+}
+
+// waitFor is how long a plain claim that met a key being claimed waits
+// for it: 100 ms, or a third of what is left of the call's budget; 0 when
+// that is under 10 ms.
+func waitFor(ctx context.Context) time.Duration {
+	wait := 100 * time.Millisecond
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/3)
+	}
+	if wait < 10*time.Millisecond {
+		return 0
+	}
+	return wait
+}
+
+// letGo lets go of every named lock conn holds and gives it back to the
+// pool, in the background. A connection that fails this is closed, and
+// its session killed, which releases its locks on the server.
+func (s *Store) letGo(conn *sql.Conn, connID int64) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), s.commitTimeout)
+		defer cancel()
+		s.release(ctx, conn, connID)
+	}()
+}
+
+// release lets go of every named lock conn holds and gives it back to the
+// pool; it closes a connection that fails this, and kills its session.
+func (s *Store) release(ctx context.Context, conn *sql.Conn, connID int64) error {
+	if _, err := conn.ExecContext(ctx, releaseLocks); err != nil {
+		s.discard(conn, connID)
+		return err
+	}
+	conn.Close()
+	return nil
+}
+
+// discard closes conn, not to be pooled again: its session's state is not
+// known (it may hold a transaction or a named lock). When connID is known
+// the session is also killed from another connection, in the background:
+// a server only notices a closed connection when it next reads from it,
+// and a session still running a statement keeps its locks until then.
+func (s *Store) discard(conn *sql.Conn, connID int64) {
+	if connID > 0 {
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			s.kill(connID)
+		}()
+	}
+	conn.Raw(func(any) error { return driver.ErrBadConn })
+}
+
+// kill ends the server session connID from another pool connection (its
+// transaction rolls back and its named locks are let go of). A session
+// that has ended already is no error: its id is never given to another.
+func (s *Store) kill(connID int64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.commitTimeout)
+	defer cancel()
+	_, err := s.db.ExecContext(ctx, "KILL CONNECTION "+intLit(connID))
+	if err != nil && !isNumber(err, errNoSuchThread) {
+		slog.Warn("idemkey: mysql: ending a claim's session failed; the server ends it when it notices its connection closed", "connection_id", connID, "error", err)
+		return err
+	}
+	return nil
+}
+
+// gaveUp is the error of a call that ran out of attempts: the last
+// failure, or the key changing under every attempt.
+func gaveUp(lastErr error) error {
+	if lastErr != nil {
+		return lastErr
+	}
+	return errors.New("the key kept changing while it was claimed")
+}
+
+// MySQL's error numbers the store tells apart.
+const (
+	errDupKey          = 1062 // ER_DUP_ENTRY
+	errNoSuchTable     = 1146 // ER_NO_SUCH_TABLE
+	errBadField        = 1054 // ER_BAD_FIELD_ERROR
+	errUnknownVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
+	errNoSuchThread    = 1094 // ER_NO_SUCH_THREAD
+	errNoSuchSavepoint = 1305 // ER_SP_DOES_NOT_EXIST (SAVEPOINT … does not exist)
+	errLockDeadlock    = 1213 // ER_LOCK_DEADLOCK
+	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
+)
+
+// isNumber reports whether err is the server's error number n.
+func isNumber(err error, n uint16) bool {
+	me, ok := errors.AsType[*mysql.MySQLError](err)
+	return ok && me.Number == n
+}
+
+// connLost reports whether err is a connection that failed (closed by the
+// server, reset, cut short) while ctx is still live: then the call may
+// start again on another connection. Every statement of the store is safe
+// to run twice: a claim that landed answers Mine, a complete that landed
+// answers as kept, a release that landed finds the key free.
+func connLost(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if _, ok := errors.AsType[*mysql.MySQLError](err); ok {
+		return false // the server answered
+	}
+	if _, ok := errors.AsType[*net.OpError](err); ok {
+		return true
+	}
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// Complete replaces the claim held by token with rec, kept for retention
+// (rounded up to whole microseconds; must be positive): one round trip
+// (two when it keeps nothing, to tell a resent Complete from a lost
+// claim). It returns nil without writing when key already holds a record
+// kept under token, store.ErrNotOwner when token does not hold the claim,
+// and an error wrapping store.ErrUnavailable when the backend fails: then
+// the record may or may not have been kept.
+func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Record, retention time.Duration) error {
+	ret, header, err := checkRecord(token, rec, retention)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return unavailable("complete", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	stmt, args := s.sql.keep(key, token, rec, header, ret, 0)
+	stmt = s.sql.noWait(stmt)
+	var lastErr error
+	for range maxAttempts {
+		n, err := s.exec(ctx, stmt, args...)
+		if isNumber(err, errLockWaitTimeout) {
+			// Another transaction holds the row: see what it was.
+			n, err = 0, nil
+		}
+		if err != nil {
+			if connLost(ctx, err) {
+				lastErr = err
+				continue
+			}
+			return unavailable("complete", err)
+		}
+		if n == 1 {
+			return nil
+		}
+		st, err := s.state(ctx, key, token)
+		if err != nil {
+			if connLost(ctx, err) {
+				lastErr = err
+				continue
+			}
+			return unavailable("complete", err)
+		}
+		switch {
+		case st.mine && st.kept && st.live:
+			return nil // a resent Complete
+		case st.mine && !st.kept && st.live:
+			// The row changed between the statements, or another
+			// transaction held it a moment (a claim that met it).
+			pause(ctx)
+			continue
+		}
+		return store.ErrNotOwner
+	}
+	return unavailable("complete", gaveUp(lastErr))
+}
+
+// Release deletes the claim held by token: one round trip (two when it
+// deletes nothing). It returns nil when key holds nothing (or a row whose
+// life is over), store.ErrNotOwner when another token or a record holds
+// it, and an error wrapping store.ErrUnavailable when the backend fails.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	if token == "" {
+		return errors.New("idemkey: mysql: release: empty owner token")
+	}
+	if err := ctx.Err(); err != nil {
+		return unavailable("release", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	stmt := s.sql.noWait(s.sql.release(key, token))
+	var lastErr error
+	for range maxAttempts {
+		n, err := s.exec(ctx, stmt)
+		if isNumber(err, errLockWaitTimeout) {
+			n, err = 0, nil
+		}
+		if err != nil {
+			if connLost(ctx, err) {
+				lastErr = err
+				continue
+			}
+			return unavailable("release", err)
+		}
+		if n == 1 {
+			return nil
+		}
+		st, err := s.state(ctx, key, token)
+		if err != nil {
+			if connLost(ctx, err) {
+				lastErr = err
+				continue
+			}
+			return unavailable("release", err)
+		}
+		switch {
+		case !st.found || !st.live:
+			return nil
+		case st.mine && !st.kept:
+			pause(ctx) // the row changed between the statements, or was held a moment
+			continue
+		}
+		return store.ErrNotOwner
+	}
+	return unavailable("release", gaveUp(lastErr))
+}
+
+// Extend sets the remaining life of the claim held by token to ttl
+// (rounded up to whole microseconds; must be positive), in one round trip.
+// It returns store.ErrNotOwner when token does not hold a live claim, and
+// an error wrapping store.ErrUnavailable when the backend fails.
+func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("idemkey: mysql: claim TTL %v, want > 0", ttl)
+	}
+	if err := ctx.Err(); err != nil {
+		return unavailable("extend", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	stmt := s.sql.noWait(s.sql.extend(key, token, microsOf(ttl)))
+	var lastErr error
+	for range maxAttempts {
+		n, err := s.exec(ctx, stmt)
+		if isNumber(err, errLockWaitTimeout) {
+			n, err = 0, nil
+		}
+		if err != nil {
+			if connLost(ctx, err) {
+				lastErr = err
+				continue
+			}
+			return unavailable("extend", err)
+		}
+		if n == 1 {
+			return nil
+		}
+		st, err := s.state(ctx, key, token)
+		if err != nil {
+			if connLost(ctx, err) {
+				lastErr = err
+				continue
+			}
+			return unavailable("extend", err)
+		}
+		if st.mine && !st.kept && st.live {
+			pause(ctx) // held a moment by another transaction
+			continue
+		}
+		return store.ErrNotOwner
+	}
+	return unavailable("extend", gaveUp(lastErr))
+}
+
+// pause waits a moment (5 ms, or until ctx ends) before a call asks again.
+func pause(ctx context.Context) {
+	t := time.NewTimer(5 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// exec runs stmt on the pool and returns the rows it affected.
+func (s *Store) exec(ctx context.Context, stmt string, args ...any) (int64, error) {
+	res, err := s.db.ExecContext(ctx, stmt, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// rowState is what a key's row is to a token (statements.state).
+type rowState struct{ found, mine, kept, live bool }
+
+func (s *Store) state(ctx context.Context, key, token string) (rowState, error) {
+	var st rowState
+	err := s.db.QueryRowContext(ctx, s.sql.state(key, token)).Scan(&st.mine, &st.kept, &st.live)
+	if errors.Is(err, sql.ErrNoRows) {
+		return rowState{}, nil
+	}
+	st.found = err == nil
+	return st, err
+}
+
+// Sweep deletes the rows whose life is over, in batches of WithSweepBatch
+// rows, each a READ COMMITTED transaction of its own that skips rows
+// another transaction holds, until a batch finds fewer than that. It
+// returns how many rows it deleted. Backend failures wrap
+// store.ErrUnavailable. The background sweeper calls it every
+// WithSweepInterval; services that turn that off call it themselves.
+func (s *Store) Sweep(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, unavailable("sweep", err)
+		}
+		n, found, err := s.sweepBatchOnce(ctx)
+		total += n
+		if err != nil {
+			return total, unavailable("sweep", err)
+		}
+		if found < s.sweepBatch {
+			return total, nil
+		}
+	}
+}
+
+// sweepBatchOnce deletes one batch: it returns how many rows it deleted
+// and how many it found.
+func (s *Store) sweepBatchOnce(ctx context.Context) (int64, int, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, s.sql.sweepSelect(s.sweepBatch))
+	if err != nil {
+		return 0, 0, err
+	}
+	var keys [][]byte
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return 0, 0, err
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
+	}
+	if len(keys) == 0 {
+		return 0, 0, tx.Commit()
+	}
+	res, err := tx.ExecContext(ctx, s.sql.sweepDelete(keys))
+	if err != nil {
+		return 0, 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, 0, err
+	}
+	return n, len(keys), tx.Commit()
+}
+
+// sweepEvery runs Sweep every interval until Close, each bounded by the
+// interval. A failed sweep is logged with log/slog's default logger at
+// Warn level and tried again at the next tick.
+func (s *Store) sweepEvery(interval time.Duration) {
+	defer close(s.sweepDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), interval)
+		go func() {
+			select {
+			case <-s.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if _, err := s.Sweep(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			slog.Warn("idemkey: mysql: sweeping expired rows failed", "table", s.name, "error", err)
+		}
+		cancel()
+	}
+}
+
+// unavailable wraps a backend failure so that errors.Is finds both
+// store.ErrUnavailable and the cause.
+func unavailable(op string, err error) error {
+	return fmt.Errorf("idemkey: mysql: %s: %w: %w", op, store.ErrUnavailable, err)
+}
+
+// checkClaim checks a claim and returns its life in microseconds.
+func checkClaim(key string, c store.Claim) (int64, error) {
+	switch {
+	case c.Token == "":
+		return 0, errors.New("idemkey: mysql: claim: empty owner token")
+	case len(c.Token) > maxToken:
+		return 0, fmt.Errorf("idemkey: mysql: claim: owner token of %d bytes, want at most %d", len(c.Token), maxToken)
+	case key == "" || len(key) > maxKey:
+		return 0, fmt.Errorf("idemkey: mysql: claim: key of %d bytes, want 1 to %d (a name store.KeyName makes)", len(key), maxKey)
+	case c.TTL <= 0:
+		return 0, fmt.Errorf("idemkey: mysql: claim TTL %v, want > 0", c.TTL)
+	}
+	return microsOf(c.TTL), nil
+}
+
+// checkRecord checks what Complete and Commit keep, and returns the
+// retention in microseconds and the header block.
+func checkRecord(token string, rec *store.Record, retention time.Duration) (int64, []byte, error) {
+	switch {
+	case token == "":
+		return 0, nil, errors.New("idemkey: mysql: complete: empty owner token")
+	case rec == nil:
+		return 0, nil, errors.New("idemkey: mysql: nil record")
+	case rec.Status < 0 || rec.Status > 0x7fff:
+		return 0, nil, fmt.Errorf("idemkey: mysql: status %d out of range", rec.Status)
+	case retention <= 0:
+		return 0, nil, fmt.Errorf("idemkey: mysql: retention %v, want > 0", retention)
+	}
+	return microsOf(retention), encodeHeader(rec.Header), nil
+}

@@ -1,0 +1,186 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	drv "github.com/go-sql-driver/mysql"
+
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/mysql"
+)
+
+// TestGaleraOn: the answers to SELECT @@wsrep_on that mean a Galera node,
+// and those that do not.
+func TestGaleraOn(t *testing.T) {
+	unknown := &drv.MySQLError{Number: 1193, Message: "Unknown system variable 'wsrep_on'"}
+	for _, tc := range []struct {
+		v    sql.NullString
+		err  error
+		want bool
+		fail bool
+	}{
+		{sql.NullString{}, unknown, false, false}, // MySQL: no such variable
+		{sql.NullString{String: "0", Valid: true}, nil, false, false},
+		{sql.NullString{String: "OFF", Valid: true}, nil, false, false},
+		{sql.NullString{}, nil, false, false},
+		{sql.NullString{String: "1", Valid: true}, nil, true, false}, // MariaDB Galera
+		{sql.NullString{String: "ON", Valid: true}, nil, true, false},
+		{sql.NullString{String: "on", Valid: true}, nil, true, false},
+		{sql.NullString{}, &drv.MySQLError{Number: 1045}, false, true}, // any other error
+	} {
+		on, err := mysql.GaleraOn(tc.v, tc.err)
+		if on != tc.want || (err != nil) != tc.fail {
+			t.Errorf("galeraOn(%v, %v) = %v, %v; want %v, error %v", tc.v, tc.err, on, err, tc.want, tc.fail)
+		}
+	}
+}
+
+// TestNewChecks: New passes on the real server (no Galera, real named
+// locks), and says how to make a missing table, and that a table is not
+// the store's.
+func TestNewChecks(t *testing.T) {
+	db := sharedDB(t)
+	ctx := context.Background()
+	st, _ := newStore(t, db)
+	if st == nil {
+		t.Fatal("nil store")
+	}
+	missing := "idemkey_test_" + randomHex(6)
+	_, err := mysql.New(ctx, db, mysql.WithTable(missing), mysql.WithSweepInterval(0))
+	if err == nil || !strings.Contains(err.Error(), "mysql.Migrate") {
+		t.Fatalf("New on a missing table: %v, want an error naming mysql.Migrate", err)
+	}
+	other := "idemkey_test_" + randomHex(6)
+	if _, err := db.Exec("CREATE TABLE `" + other + "` (k INT)"); err != nil {
+		t.Fatal(err)
+	}
+	dropOnCleanup(t, db, other)
+	_, err = mysql.New(ctx, db, mysql.WithTable(other), mysql.WithSweepInterval(0))
+	if err == nil || !strings.Contains(err.Error(), "not the store's table") {
+		t.Fatalf("New on another table: %v, want an error saying so", err)
+	}
+	if _, err := mysql.New(ctx, db, mysql.WithTable("Bad-Name")); err == nil {
+		t.Fatal("New with a bad table name: nil error")
+	}
+	if _, err := mysql.New(ctx, nil); err == nil {
+		t.Fatal("New with a nil db: nil error")
+	}
+	if _, err := mysql.New(ctx, db, mysql.WithTxOptions(&sql.TxOptions{ReadOnly: true})); err == nil {
+		t.Fatal("New with read-only transactions: nil error")
+	}
+	// A table qualified with its database works too, and Schema names it.
+	var cur string
+	if err := db.QueryRow("SELECT DATABASE()").Scan(&cur); err != nil {
+		t.Fatal(err)
+	}
+	q := "idemkey_test_" + randomHex(6)
+	if err := mysql.Migrate(ctx, db, mysql.WithTable(cur+"."+q)); err != nil {
+		t.Fatal(err)
+	}
+	dropOnCleanup(t, db, q)
+	st2, err := mysql.New(ctx, db, mysql.WithTable(cur+"."+q), mysql.WithSweepInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2.Close()
+	s, err := mysql.Schema(cur + "." + q)
+	if err != nil || !strings.Contains(s, "`"+cur+"`.`"+q+"` (") || !strings.Contains(s, "`"+q+"_expires_us`") {
+		t.Fatalf("Schema: %v\n%s", err, s)
+	}
+	if mysql.SchemaSQL == "" || !strings.Contains(mysql.SchemaSQL, "CREATE TABLE IF NOT EXISTS idemkey_records (") {
+		t.Fatal("SchemaSQL does not create idemkey_records")
+	}
+}
+
+// TestDSN: the URL form turns into the driver's DSN.
+func TestDSN(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"mysql://root@127.0.0.1:3306/test", "root@tcp(127.0.0.1:3306)/test"},
+		{"mysql://app:s%3Acret@db.internal/app", "app:s:cret@tcp(db.internal:3306)/app"},
+		{"mysql://app@[::1]:3307/app?timeout=2s", "app@tcp([::1]:3307)/app?timeout=2s"},
+	} {
+		got, err := mysql.DSN(tc.url)
+		if err != nil || got != tc.want {
+			t.Errorf("DSN(%q) = %q, %v; want %q", tc.url, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"postgres://x@h/db", "mysql:///db", "mysql://h/a/b", "mysql://h/db?nosuchparam=%zz"} {
+		if got, err := mysql.DSN(bad); err == nil {
+			t.Errorf("DSN(%q) = %q, want an error", bad, got)
+		}
+	}
+}
+
+// TestInspectTransactional: a key held by a request's transaction has no
+// committed row; Inspect says it is held, and Delete cannot free it.
+func TestInspectTransactional(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	key, c := newKey(), newClaim(1)
+	_, tx := claimTx(t, st, key, c)
+	e, found, err := st.Inspect(context.Background(), key)
+	if err != nil || !found || e.State != store.InFlight || !e.Transactional {
+		t.Fatalf("Inspect of a key a transaction holds: %+v %v %v", e, found, err)
+	}
+	if ok, err := st.Delete(context.Background(), key, e); ok || err != nil {
+		t.Fatalf("Delete of a transaction's claim: %v %v, want false", ok, err)
+	}
+	if err := tx.Commit(context.Background(), record(c.Fingerprint, 201), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	e, found, err = st.Inspect(context.Background(), key)
+	if err != nil || !found || e.State != store.Completed || e.Transactional || e.Record == nil {
+		t.Fatalf("Inspect of the record: %+v %v %v", e, found, err)
+	}
+	stats, err := st.Stats(context.Background())
+	if err != nil || stats.Records != 1 {
+		t.Fatalf("Stats: %+v %v, want one record", stats, err)
+	}
+	if _, ok := stats.Detail.(*mysql.TableStats); !ok {
+		t.Fatalf("Stats.Detail is %T, want *mysql.TableStats", stats.Detail)
+	}
+}
+
+// TestSweep: lapsed rows are deleted, live ones kept; a row a request's
+// transaction holds is skipped, not waited for.
+func TestSweep(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db, mysql.WithSweepBatch(2))
+	ctx := context.Background()
+	for range 5 {
+		c := newClaim(1)
+		c.TTL = time.Millisecond
+		if res, err := st.Claim(ctx, newKey(), c); err != nil || res.State != store.Claimed {
+			t.Fatal(res.State, err)
+		}
+	}
+	live := newKey()
+	if res, err := st.Claim(ctx, live, newClaim(1)); err != nil || res.State != store.Claimed {
+		t.Fatal(res.State, err)
+	}
+	// A lapsed row a transaction takes over is held by it.
+	held, short := newKey(), newClaim(1)
+	short.TTL = time.Millisecond
+	if res, err := st.Claim(ctx, held, short); err != nil || res.State != store.Claimed {
+		t.Fatal(res.State, err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	_, tx := claimTx(t, st, held, newClaim(2))
+	defer tx.Rollback(ctx)
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := st.Sweep(sctx)
+	if err != nil || n != 5 {
+		t.Fatalf("Sweep: %d %v, want 5 deleted", n, err)
+	}
+	stats, err := st.Stats(ctx)
+	if err != nil || stats.InFlight != 1 || stats.Expired != 1 {
+		// The taken-over row is not committed: its committed version is
+		// the lapsed claim.
+		t.Fatalf("Stats after the sweep: %+v %v, want 1 in flight and 1 expired", stats, err)
+	}
+}

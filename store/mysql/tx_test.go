@@ -1,0 +1,482 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/mysql"
+)
+
+// TestClaimTx: a transactional claim holds the key with its two named
+// locks; a repeat of the same request is in flight with its fingerprint,
+// another request with another; the commit keeps the record and lets go
+// of the locks, and repeats replay it.
+func TestClaimTx(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	pay := newPayments(t, db)
+	key, c := newKey(), newClaim(1)
+	ctx, tx := claimTx(t, st, key, c)
+	if n := heldLocks(t, db, st, key, c.Fingerprint); n != 2 {
+		t.Fatalf("%d of the claim's named locks held, want 2", n)
+	}
+	if err := pay.insert(ctx, mysql.Tx(ctx), key, "first"); err != nil {
+		t.Fatal(err)
+	}
+	same := newClaim(1)
+	res, tx2, err := st.ClaimTx(context.Background(), key, same)
+	if err != nil || res.State != store.InFlight || res.Fingerprint != c.Fingerprint || tx2 != nil {
+		t.Fatalf("ClaimTx of the same request in flight = %v %x %v; want in flight with its fingerprint", res.State, res.Fingerprint[:1], err)
+	}
+	other := newClaim(2)
+	res, _, err = st.ClaimTx(context.Background(), key, other)
+	if err != nil || res.State != store.InFlight || res.Fingerprint == other.Fingerprint {
+		t.Fatalf("ClaimTx of another request in flight = %v %x %v; want in flight with another fingerprint", res.State, res.Fingerprint[:1], err)
+	}
+	// The plain claim agrees, and does not wait for the transaction's row.
+	res, err = st.Claim(context.Background(), key, other)
+	if err != nil || res.State != store.InFlight || res.Fingerprint == other.Fingerprint {
+		t.Fatalf("Claim of a key a transaction holds = %v %v; want in flight with another fingerprint", res.State, err)
+	}
+	// The answers in flight took nothing: the owner still holds both.
+	if n := heldLocks(t, db, st, key, c.Fingerprint); n != 2 {
+		t.Fatalf("%d of the claim's named locks held after the repeats, want 2", n)
+	}
+	if n := pay.count(t, key); n != 0 {
+		t.Fatalf("%d payments visible before the commit, want 0", n)
+	}
+	rec := record(c.Fingerprint, 201)
+	if err := tx.Commit(context.Background(), rec, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n := pay.count(t, key); n != 1 {
+		t.Fatalf("%d payments after the commit, want 1", n)
+	}
+	noLocks(t, db, st, key, c.Fingerprint)
+	for _, claim := range []store.Claim{newClaim(1), newClaim(2)} {
+		res, tx, err := st.ClaimTx(context.Background(), key, claim)
+		if err != nil || res.State != store.Completed || tx != nil || res.Record == nil || string(res.Record.Body) != "kept" || res.Record.Status != 201 {
+			t.Fatalf("ClaimTx after the commit = %+v %v; want the record replayed", res, err)
+		}
+		if res.Fingerprint != c.Fingerprint {
+			t.Fatalf("replay: fingerprint %x, want the record's", res.Fingerprint[:1])
+		}
+	}
+}
+
+// TestRollbackFrees: a rollback undoes the handler's writes and frees the
+// key at once.
+func TestRollbackFrees(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	pay := newPayments(t, db)
+	key, c := newKey(), newClaim(1)
+	ctx, tx := claimTx(t, st, key, c)
+	if err := pay.insert(ctx, mysql.Tx(ctx), key, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := heldLocks(t, db, st, key, c.Fingerprint); n != 0 {
+		t.Fatalf("%d named locks held after the rollback, want 0", n)
+	}
+	if n := pay.count(t, key); n != 0 {
+		t.Fatalf("%d payments after the rollback, want 0", n)
+	}
+	_, tx2 := claimTx(t, st, key, newClaim(2))
+	tx2.Rollback(context.Background())
+}
+
+// TestExactlyOnceTx: 32 requests race for one key, under each isolation
+// level, five rounds; each that claims writes a payment and commits, the
+// others try again until they see the record. Exactly one payment per
+// key, and every racer ends with the record.
+func TestExactlyOnceTx(t *testing.T) {
+	db := sharedDB(t)
+	for _, level := range []sql.IsolationLevel{sql.LevelDefault, sql.LevelRepeatableRead, sql.LevelReadCommitted} {
+		t.Run(level.String(), func(t *testing.T) {
+			st, _ := newStore(t, db, mysql.WithTxOptions(&sql.TxOptions{Isolation: level}))
+			pay := newPayments(t, db)
+			const racers, rounds = 32, 5
+			for round := range rounds {
+				key := newKey()
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				claimed, replayed := 0, 0
+				errs := make(chan error, racers)
+				for i := range racers {
+					wg.Go(func() {
+						c := newClaim(7)
+						for attempt := 0; ; attempt++ {
+							res, tx, err := st.ClaimTx(context.Background(), key, c)
+							if err != nil {
+								errs <- err
+								return
+							}
+							switch res.State {
+							case store.Claimed:
+								ctx := tx.NewContext(context.Background())
+								if err := pay.insert(ctx, mysql.Tx(ctx), key, fmt.Sprint(i)); err != nil {
+									errs <- err
+									tx.Rollback(context.Background())
+									return
+								}
+								if err := tx.Commit(context.Background(), record(c.Fingerprint, 201), time.Hour); err != nil {
+									errs <- err
+									return
+								}
+								mu.Lock()
+								claimed++
+								mu.Unlock()
+								return
+							case store.Completed:
+								mu.Lock()
+								replayed++
+								mu.Unlock()
+								return
+							case store.InFlight:
+								if res.Fingerprint != c.Fingerprint {
+									errs <- fmt.Errorf("in flight with another fingerprint")
+									return
+								}
+								time.Sleep(time.Millisecond)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				if claimed != 1 || replayed != racers-1 {
+					t.Fatalf("round %d: %d claimed and %d replayed, want 1 and %d", round, claimed, replayed, racers-1)
+				}
+				if n := pay.count(t, key); n != 1 {
+					t.Fatalf("round %d: %d payments, want 1", round, n)
+				}
+			}
+		})
+	}
+}
+
+// TestKillTakeover: an owner whose session is killed (its process died,
+// its connection dropped) is replaced at once: the next claim gets the
+// key, and the dead owner's write is gone.
+func TestKillTakeover(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	pay := newPayments(t, db)
+	key, c := newKey(), newClaim(1)
+	ctx, tx := claimTx(t, st, key, c)
+	if err := pay.insert(ctx, mysql.Tx(ctx), key, "dead"); err != nil {
+		t.Fatal(err)
+	}
+	id := connID(t, ctx)
+	if _, err := db.Exec(fmt.Sprintf("KILL CONNECTION %d", id)); err != nil {
+		t.Fatal(err)
+	}
+	tx2, took := untilClaimed(t, st, key, newClaim(2), 5*time.Second)
+	t.Logf("the key was claimed again %v after its owner's session was killed", took)
+	if n := pay.count(t, key); n != 0 {
+		t.Fatalf("%d payments of the killed owner, want 0", n)
+	}
+	// The dead owner cannot keep anything now.
+	err := tx.Commit(context.Background(), record(c.Fingerprint, 201), time.Hour)
+	if err == nil {
+		t.Fatal("Commit of a killed owner: nil, want an error")
+	}
+	if err := tx2.Commit(context.Background(), record([32]byte{2}, 201), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLiveOwnerPastTTL: an owner that outlives its claim's life has its
+// session killed at the TTL: a retry claims the key then, and the late
+// owner's Commit keeps nothing (ErrNotOwner), its write gone.
+func TestLiveOwnerPastTTL(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	pay := newPayments(t, db)
+	key, c := newKey(), newClaim(1)
+	c.TTL = 500 * time.Millisecond
+	ctx, tx := claimTx(t, st, key, c)
+	start := time.Now()
+	if err := pay.insert(ctx, mysql.Tx(ctx), key, "late"); err != nil {
+		t.Fatal(err)
+	}
+	retry := newClaim(1)
+	tx2, _ := untilClaimed(t, st, key, retry, 10*time.Second)
+	if took := time.Since(start); took < c.TTL {
+		t.Fatalf("a live owner's key was taken after %v, before its TTL %v", took, c.TTL)
+	}
+	err := tx.Commit(context.Background(), record(c.Fingerprint, 201), time.Hour)
+	if !errors.Is(err, store.ErrNotOwner) {
+		t.Fatalf("Commit after the claim's life: %v, want ErrNotOwner", err)
+	}
+	ctx2 := tx2.NewContext(context.Background())
+	if err := pay.insert(ctx2, mysql.Tx(ctx2), key, "retry"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx2.Commit(context.Background(), record(retry.Fingerprint, 201), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	var by string
+	if err := db.QueryRow("SELECT GROUP_CONCAT(made_by) FROM `"+pay.name+"` WHERE k = ?", key).Scan(&by); err != nil {
+		t.Fatal(err)
+	}
+	if by != "retry" {
+		t.Fatalf("payments made by %q, want only the retry's", by)
+	}
+}
+
+// TestHandlerEndsTx: the handler commits or rolls back the request's
+// transaction itself (or runs DDL, which commits it). That never makes a
+// second run nor loses a record.
+func TestHandlerEndsTx(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	pay := newPayments(t, db)
+	// state claims key again with fingerprint fp and returns the answer.
+	state := func(key string, fp byte) store.State {
+		t.Helper()
+		res, tx, err := st.ClaimTx(context.Background(), key, newClaim(fp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tx != nil {
+			tx.Rollback(context.Background())
+		}
+		return res.State
+	}
+	ddl := func(ctx context.Context) error {
+		_, err := mysql.Tx(ctx).ExecContext(ctx, "CREATE TABLE IF NOT EXISTS `"+pay.name+"_ddl` (id INT)")
+		dropOnCleanup(t, db, pay.name+"_ddl")
+		return err
+	}
+	commit := func(ctx context.Context) error { return mysql.Tx(ctx).Commit() }
+	for _, tc := range []struct {
+		name   string
+		end    func(ctx context.Context) error
+		status int // 0: the middleware rolls back (a 5xx)
+		// What follows: the error of Commit or Rollback, the key's state,
+		// and the payments.
+		wantErr  bool
+		want     store.State
+		payments int
+	}{
+		{"CommitThen201", commit, 201, false, store.Completed, 1},
+		{"CommitThen5xx", commit, 0, true, store.InFlight, 1},
+		{"CommitThen400", commit, 400, false, store.Completed, 1},
+		{"RollbackThen201", func(ctx context.Context) error { return mysql.Tx(ctx).Rollback() }, 201, true, store.Claimed, 0},
+		{"RollbackThen5xx", func(ctx context.Context) error { return mysql.Tx(ctx).Rollback() }, 0, false, store.Claimed, 0},
+		{"DDLThen201", ddl, 201, false, store.Completed, 1},
+		{"DDLThen5xx", ddl, 0, true, store.InFlight, 1},
+		{"DDLThen400", ddl, 400, false, store.Completed, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key, c := newKey(), newClaim(1)
+			ctx, tx := claimTx(t, st, key, c)
+			if err := pay.insert(ctx, mysql.Tx(ctx), key, "handler"); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.end(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if tc.status == 0 {
+				err = tx.Rollback(context.Background())
+			} else {
+				err = tx.Commit(context.Background(), record(c.Fingerprint, tc.status), time.Hour)
+			}
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("ending the request: %v, want error %v", err, tc.wantErr)
+			}
+			if err != nil && !errors.Is(err, store.ErrUnavailable) {
+				t.Fatalf("ending the request: %v, want it to wrap ErrUnavailable", err)
+			}
+			noLocks(t, db, st, key, c.Fingerprint)
+			if got := state(key, 1); got != tc.want {
+				t.Fatalf("the key is %v after, want %v", got, tc.want)
+			}
+			if n := pay.count(t, key); n != tc.payments {
+				t.Fatalf("%d payments, want %d", n, tc.payments)
+			}
+		})
+	}
+}
+
+// TestClientErrorUndone: a kept 4xx keeps its answer and undoes the
+// handler's writes (rolled back to the savepoint), unless
+// WithClientErrorWrites(true).
+func TestClientErrorUndone(t *testing.T) {
+	db := sharedDB(t)
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprint("writes=", keep), func(t *testing.T) {
+			st, _ := newStore(t, db, mysql.WithClientErrorWrites(keep))
+			pay := newPayments(t, db)
+			key, c := newKey(), newClaim(1)
+			ctx, tx := claimTx(t, st, key, c)
+			if err := pay.insert(ctx, mysql.Tx(ctx), key, "refused"); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(context.Background(), record(c.Fingerprint, 422), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			want := 0
+			if keep {
+				want = 1
+			}
+			if n := pay.count(t, key); n != want {
+				t.Fatalf("%d payments after a kept 422, want %d", n, want)
+			}
+			res, _, err := st.ClaimTx(context.Background(), key, newClaim(1))
+			if err != nil || res.State != store.Completed || res.Record.Status != 422 {
+				t.Fatalf("after a kept 422: %v %v, want it replayed", res.State, err)
+			}
+		})
+	}
+}
+
+// TestBeginNoKey: a request without a key runs in a transaction that
+// commits its writes and keeps nothing.
+func TestBeginNoKey(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	pay := newPayments(t, db)
+	for _, commit := range []bool{true, false} {
+		tx, err := st.Begin(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := tx.NewContext(context.Background())
+		key := newKey()
+		if err := pay.insert(ctx, mysql.Tx(ctx), key, "nokey"); err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if commit {
+			want = 1
+			err = tx.Commit(context.Background(), &store.Record{Status: 201}, time.Hour)
+		} else {
+			err = tx.Rollback(context.Background())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := pay.count(t, key); n != want {
+			t.Fatalf("commit %v: %d payments, want %d", commit, n, want)
+		}
+	}
+}
+
+// TestPlainAndTxShareTable: plain claims and transactional ones on the
+// same table never both hold a key.
+func TestPlainAndTxShareTable(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	// A plain claim in flight answers a transactional one.
+	key, c := newKey(), newClaim(1)
+	if res, err := st.Claim(context.Background(), key, c); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim: %v %v", res.State, err)
+	}
+	res, tx, err := st.ClaimTx(context.Background(), key, newClaim(1))
+	if err != nil || res.State != store.InFlight || tx != nil || res.Fingerprint != c.Fingerprint {
+		t.Fatalf("ClaimTx of a key a plain claim holds: %v %v", res.State, err)
+	}
+	// Its own token is not a transaction's.
+	res, tx, err = st.ClaimTx(context.Background(), key, c)
+	if err != nil || res.State != store.InFlight || tx != nil {
+		t.Fatalf("ClaimTx with the plain claim's token: %v %v, want in flight", res.State, err)
+	}
+	if err := st.Release(context.Background(), key, c.Token); err != nil {
+		t.Fatal(err)
+	}
+	// A lapsed plain claim is taken over by a transaction, and then a
+	// plain claim meets the transaction.
+	short := newClaim(1)
+	short.TTL = 50 * time.Millisecond
+	if res, err := st.Claim(context.Background(), key, short); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim: %v %v", res.State, err)
+	}
+	tx2, _ := untilClaimed(t, st, key, newClaim(2), 5*time.Second)
+	plain := newClaim(3)
+	if res, err := st.Claim(context.Background(), key, plain); err != nil || res.State != store.InFlight {
+		t.Fatalf("Claim of a key a transaction took over: %v %v, want in flight", res.State, err)
+	}
+	if err := st.Complete(context.Background(), key, short.Token, record(short.Fingerprint, 201), time.Hour); !errors.Is(err, store.ErrNotOwner) {
+		t.Fatalf("Complete by the lapsed plain owner: %v, want ErrNotOwner", err)
+	}
+	if err := tx2.Commit(context.Background(), record([32]byte{2}, 201), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	res, err = st.Claim(context.Background(), key, plain)
+	if err != nil || res.State != store.Completed || res.Fingerprint != [32]byte{2} {
+		t.Fatalf("Claim after the transaction committed: %v %v, want its record", res.State, err)
+	}
+}
+
+// TestWait: a repeat waits for the request in flight and wakes when it
+// commits; a key no transaction holds for the request answers false at
+// once.
+func TestWait(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	key, c := newKey(), newClaim(1)
+	ctx := context.Background()
+	if ok, err := st.Wait(ctx, key, c); ok || err != nil {
+		t.Fatalf("Wait on a free key: %v %v, want false", ok, err)
+	}
+	_, tx := claimTx(t, st, key, c)
+	woke := make(chan time.Time, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		ok, err := st.Wait(wctx, key, newClaim(1))
+		if !ok || err != nil {
+			t.Errorf("Wait on a key in flight: %v %v, want true", ok, err)
+		}
+		woke <- time.Now()
+	}()
+	// The waiter waits while the owner runs.
+	select {
+	case <-woke:
+		t.Fatal("Wait returned while the owner still ran")
+	case <-time.After(100 * time.Millisecond):
+	}
+	committed := time.Now()
+	if err := tx.Commit(ctx, record(c.Fingerprint, 201), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-woke:
+		t.Logf("the waiter woke %v after the commit", at.Sub(committed))
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return after the owner committed")
+	}
+	res, _, err := st.ClaimTx(ctx, key, newClaim(1))
+	if err != nil || res.State != store.Completed {
+		t.Fatalf("after the wait: %v %v, want the record", res.State, err)
+	}
+	// A wait whose time is up answers true (claim again to learn more).
+	key2 := newKey()
+	_, tx2 := claimTx(t, st, key2, c)
+	defer tx2.Rollback(ctx)
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if ok, err := st.Wait(wctx, key2, newClaim(1)); !ok || err != nil {
+		t.Fatalf("Wait whose time is up: %v %v, want true", ok, err)
+	}
+	// (The server's own timer ends the wait, to the millisecond.)
+	if took := time.Since(start); took < 150*time.Millisecond {
+		t.Fatalf("Wait returned after %v, before its time was up, while the owner ran", took)
+	}
+}
