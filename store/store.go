@@ -115,8 +115,8 @@ type Waiter interface {
 
 // Inspector is a Store that operators' tools (cmd/idemctl) can look into:
 // what one key holds, deleting what was seen, and counts of what the store
-// holds. The middleware never uses it. The memory, Redis and PostgreSQL
-// stores have it.
+// holds. The middleware never uses it. The memory, Redis, PostgreSQL and
+// MySQL stores have it.
 type Inspector interface {
 	// Inspect returns what key (a name KeyName made) holds, and whether it
 	// holds anything. An entry this version cannot read in full is
@@ -196,7 +196,8 @@ type Stats struct {
 	// PostgreSQL table's and its indexes' size on disk.
 	Bytes int64
 	// Detail holds what only this store reports, as a type of its
-	// package: *redis.Memory, *postgres.TableStats; nil for memory.
+	// package: *redis.Memory, *postgres.TableStats, *mysql.TableStats;
+	// nil for memory.
 	Detail any
 }
 
