@@ -136,7 +136,11 @@
 // The Store is a store.Waiter: with the middleware's WithWait, a repeat
 // that finds the first request in flight is woken when its record is kept
 // or its claim released, on any instance, instead of polling every 10 to
-// 250 ms.
+// 250 ms. Measured through the middleware on loopback (bench/README.md),
+// a woken repeat answered 0.14 ms (mean; p90 0.20 ms) after the keep
+// returned with the first request in the same process and 0.59 ms (p90
+// 0.39 ms) with it in another process, against 86 and 95 ms (p90 168 and
+// 206 ms) when polling.
 //
 // Each Store holds one subscription to the wake channel (SUBSCRIBE, on a
 // connection of the client's pub/sub pool), made on its first Wait and
