@@ -217,40 +217,7 @@ func TestWaitRedisRestart(t *testing.T) {
 
 	// The restarted server forgot the claim: a new one, waited on once
 	// the store has subscribed again, wakes at its keep.
-	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	key, c = newKey(), newClaim(1)
-	mustClaim(t, st, key, c, store.Claimed)
-	deadline := time.Now().Add(5 * time.Second)
-	var waiting2 <-chan waitResult
-	for waiting2 == nil {
-		ch := make(chan waitResult, 1)
-		go func() {
-			ok, err := st.Wait(ctx, key, newClaim(1))
-			ch <- waitResult{ok, err, time.Now()}
-		}()
-		for redis.Waiting(st, key) == 0 && len(ch) == 0 {
-			time.Sleep(time.Millisecond)
-		}
-		if len(ch) == 0 {
-			waiting2 = ch
-			break
-		}
-		if r := <-ch; r.ok || r.err != nil {
-			t.Fatalf("Wait = %v, %v before the keep", r.ok, r.err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the store never subscribed again")
-		}
-		time.Sleep(20 * time.Millisecond) // still down: the caller polls
-	}
-	if err := st.Complete(ctx, key, c.Token, record("kept", 1), time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	done := time.Now()
-	if r := <-waiting2; !r.ok || r.err != nil || r.at.Sub(done) > wakeBound {
-		t.Fatalf("after the restart: Wait = %v, %v, %v after the keep", r.ok, r.err, r.at.Sub(done))
-	}
+	wakesAfterOutage(t, st, 5*time.Second)
 }
 
 // TestWaitClosedClient: once its client is closed, a Store's waiters end
@@ -374,5 +341,76 @@ func TestWaitACL(t *testing.T) {
 				t.Fatalf("Wait = %v, %v, %v after the keep", r.ok, r.err, r.at.Sub(done))
 			}
 		})
+	}
+}
+
+// TestWaitSentinelFailover: through a FailoverClient, a repeat waiting
+// while the master dies ends by its context at the latest, and once the
+// store has subscribed on the promoted master, waiters wake on its keeps.
+func TestWaitSentinelFailover(t *testing.T) {
+	ss := redistest.StartSentinel(t, redistest.SentinelConfig{DownAfter: time.Second, FailoverTimeout: 3 * time.Second})
+	c := goredis.NewFailoverClient(&goredis.FailoverOptions{
+		MasterName:            ss.MasterName,
+		SentinelAddrs:         ss.SentinelAddrs(),
+		ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { c.Close() })
+	st := newStore(t, c, redis.WithCallTimeout(300*time.Millisecond))
+	key, first := newKey(), newClaim(1)
+	first.TTL = time.Minute
+	mustClaim(t, st, key, first, store.Claimed)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	waiting := startWait(t, ctx, st, key, newClaim(1))
+	ss.Master.Kill()
+	r := <-waiting
+	d := time.Since(start)
+	t.Logf("waiter across the master's death returned %v, %v after %v", r.ok, r.err, d)
+	if d > 3*time.Second+wakeBound {
+		t.Fatalf("waiter returned after %v, past its context (3s)", d)
+	}
+	wakesAfterOutage(t, st, 20*time.Second)
+}
+
+// wakesAfterOutage waits, up to within, until st's claims and waits work
+// again, and checks that a waiter then wakes at a keep.
+func wakesAfterOutage(t *testing.T, st *redis.Store, within time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for {
+		key, c := newKey(), newClaim(1)
+		if res, err := st.Claim(ctx, key, c); err != nil || res.State != store.Claimed {
+			if ctx.Err() != nil {
+				t.Fatalf("no claim within %v: %v", within, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		ch := make(chan waitResult, 1)
+		go func() {
+			ok, err := st.Wait(ctx, key, newClaim(1))
+			ch <- waitResult{ok, err, time.Now()}
+		}()
+		for redis.Waiting(st, key) == 0 && len(ch) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		if len(ch) > 0 {
+			if r := <-ch; r.ok || r.err != nil {
+				t.Fatalf("Wait = %v, %v before the keep", r.ok, r.err)
+			}
+			st.Release(ctx, key, c.Token)
+			time.Sleep(50 * time.Millisecond) // not subscribed yet: the caller polls
+			continue
+		}
+		if err := st.Complete(ctx, key, c.Token, record("kept", 1), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		done := time.Now()
+		if r := <-ch; !r.ok || r.err != nil || r.at.Sub(done) > wakeBound {
+			t.Fatalf("Wait = %v, %v, %v after the keep", r.ok, r.err, r.at.Sub(done))
+		}
+		return
 	}
 }
