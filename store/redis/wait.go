@@ -231,11 +231,13 @@ func (h *hub) wake(name string) {
 	}
 }
 
-// setState moves the hub to st. Reaching hubUp wakes every waiter, who may
-// have missed a message while the hub was down.
-func (h *hub) setState(st hubState) {
+// setState moves the hub to st, and returns the state it left. Reaching
+// hubUp wakes every waiter, who may have missed a message while the hub
+// was down.
+func (h *hub) setState(st hubState) (was hubState) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	was = h.state
 	if st == hubUp {
 		for name, e := range h.keys {
 			close(e.ch)
@@ -246,6 +248,7 @@ func (h *hub) setState(st hubState) {
 		close(h.ready)
 	}
 	h.state = st
+	return was
 }
 
 // refused marks a hub that is not subscribed down, after the server
@@ -330,7 +333,14 @@ func (h *hub) run() {
 				quiet = 0
 				h.setState(hubDown)
 			default:
-				h.setState(hubDown)
+				// The connection failed. The first attempt to subscribe
+				// again goes at once (a restarted server is often back
+				// already, and waiters registered meanwhile wake only
+				// when it succeeds); the next ones back off.
+				if h.setState(hubDown) == hubUp {
+					pause = hubRetryMin
+					continue
+				}
 				if h.stop() {
 					return
 				}
@@ -345,7 +355,6 @@ func (h *hub) run() {
 			h.wake(m.Payload)
 		case *goredis.Subscription:
 			if m.Kind == "subscribe" {
-				pause = hubRetryMin
 				h.setState(hubUp)
 			}
 		}
