@@ -4,6 +4,8 @@
 -- ARGV[2]  the record, which opens with the caller's record prefix (record
 --          tag, token length, token): as long as the claim prefix
 -- ARGV[3]  retention in milliseconds
+-- ARGV[4]  the store's wake channel: a kept record is published on it,
+--          with KEYS[1] as the message, to wake the repeats that wait
 --
 -- Returns 1 when the record was kept, and when the key already holds the
 -- caller's record (a resent complete whose first reply was lost: nothing is
@@ -19,6 +21,9 @@ if v == p then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
     return 2
   end
+  -- pcall: a user that may not publish still keeps the record (its
+  -- waiters then wait out their claim's life or their time).
+  redis.pcall('PUBLISH', ARGV[4], KEYS[1])
   return 1
 end
 if v == string.sub(ARGV[2], 1, #p) then

@@ -11,3 +11,14 @@ var (
 	DecodeValue = decodeValue
 	StateOf     = stateOf
 )
+
+// Waiting returns how many repeats wait on key (Wait) in s, registered
+// with its subscription.
+func Waiting(s *Store, key string) int {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	if e := s.hub.keys[s.name(key)]; e != nil {
+		return e.n
+	}
+	return 0
+}

@@ -1,6 +1,8 @@
 -- Delete the claim on KEYS[1], if the caller holds it.
 --
 -- ARGV[1]  the caller's claim prefix (in-flight tag, token length, token)
+-- ARGV[2]  the store's wake channel: a deleted claim is published on it,
+--          with KEYS[1] as the message, to wake the repeats that wait
 --
 -- Returns 1 when the claim was deleted, and when the key holds nothing (a
 -- resent release whose first reply was lost, or a claim that lapsed: the key
@@ -11,6 +13,7 @@ local p = ARGV[1]
 local v = redis.call('GETRANGE', KEYS[1], 0, #p - 1)
 if v == p then
   redis.call('DEL', KEYS[1])
+  redis.pcall('PUBLISH', ARGV[2], KEYS[1])
   return 1
 end
 if v == '' then

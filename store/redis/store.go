@@ -27,11 +27,13 @@ type Store struct {
 	prefix      string     // WithKeyPrefix
 	scanCount   int64      // WithScan
 	scanSample  int64
+	hub         *hub // the wake channel's subscription, for Wait
 }
 
 var (
 	_ store.Store    = (*Store)(nil)
 	_ store.Extender = (*Store)(nil)
+	_ store.Waiter   = (*Store)(nil)
 )
 
 // New returns a Store on client: a *redis.Client (standalone, or from
@@ -64,7 +66,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 	if cfg.ctxTimeouts != nil {
 		ctxTimeouts = *cfg.ctxTimeouts
 	}
-	return &Store{
+	st := &Store{
 		client:      client,
 		ap:          ap,
 		now:         time.Now,
@@ -77,7 +79,9 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 		prefix:      cfg.keyPrefix,
 		scanCount:   cfg.scanCount,
 		scanSample:  cfg.scanSample,
-	}, nil
+	}
+	st.hub = newHub(client, cfg.keyPrefix+wakeChannel, cfg.callTimeout)
+	return st, nil
 }
 
 // Claim claims key for c.Token with a life of c.TTL, or reports what holds
@@ -202,7 +206,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	if err != nil {
 		return err
 	}
-	reply, err := s.run(ctx, completeScript, s.name(key), ownerPrefix(token), val, ms)
+	reply, err := s.run(ctx, completeScript, s.name(key), ownerPrefix(token), val, ms, s.hub.channel)
 	if err == nil && reply == int64(2) {
 		return unavailable("complete", errHeldInstead)
 	}
@@ -227,7 +231,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 
 // release is Release of the Redis key name.
 func (s *Store) release(ctx context.Context, name, token string) error {
-	reply, err := s.run(ctx, releaseScript, name, ownerPrefix(token))
+	reply, err := s.run(ctx, releaseScript, name, ownerPrefix(token), s.hub.channel)
 	return ownerResult("release", reply, err)
 }
 
