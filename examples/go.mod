@@ -5,12 +5,14 @@ go 1.26.0
 require (
 	github.com/gin-gonic/gin v1.12.0
 	github.com/go-chi/chi/v5 v5.5.0
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/google/uuid v1.6.0
 	github.com/idemkey/idemkey v0.0.0-20261201134112-96e04b4d74af
 	github.com/idemkey/idemkey/idemgin v0.0.0-20261201134506-027cb6c61bce
 	github.com/idemkey/idemkey/internal/pgtest v0.0.0-20261201134112-96e04b4d74af
 	github.com/idemkey/idemkey/metrics/prom v0.0.0-20261201134112-96e04b4d74af
 	github.com/idemkey/idemkey/openapi v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey/store/mysql v0.0.0-20261201134112-96e04b4d74af
 	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201134112-96e04b4d74af
 	github.com/idemkey/idemkey/store/redis v0.0.0-20261201134112-96e04b4d74af
 	github.com/jackc/pgx/v5 v5.12.0
@@ -20,6 +22,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bytedance/gopkg v0.1.3 // indirect
 	github.com/bytedance/sonic v1.15.0 // indirect
@@ -73,6 +76,7 @@ replace (
 	github.com/idemkey/idemkey/internal/pgtest => ../internal/pgtest
 	github.com/idemkey/idemkey/metrics/prom => ../metrics/prom
 	github.com/idemkey/idemkey/openapi => ../openapi
+	github.com/idemkey/idemkey/store/mysql => ../store/mysql
 	github.com/idemkey/idemkey/store/postgres => ../store/postgres
 	github.com/idemkey/idemkey/store/redis => ../store/redis
 )

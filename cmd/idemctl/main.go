@@ -1,5 +1,6 @@
 // Command idemctl inspects the idempotency records a service keeps in Redis
-// (package store/redis) or PostgreSQL (package store/postgres): it shows
+// (package store/redis), PostgreSQL (package store/postgres) or MySQL and
+// MariaDB (package store/mysql): it shows
 // what one key holds, deletes it, and counts what the store holds.
 //
 //	idemctl [--redis URL [--cluster] [--redis-prefix P] | --database-url URL [--table NAME]] [--json] [--timeout D] <command> [flags]
@@ -61,10 +62,12 @@
 //	              "billing:idem:v1:{<digest>}", stats scans billing:idem:v1:*;
 //	              default none
 //	--database-url URL
-//	              a PostgreSQL store instead, as postgres://user@host:port/db;
+//	              a PostgreSQL store instead, as postgres://user@host:port/db,
+//	              or a MySQL or MariaDB one, as mysql://user[:password]@host:port/db;
 //	              default $DATABASE_URL when neither --redis nor $REDIS_URL
 //	              is set (both variables set is a usage error)
-//	--table NAME  the PostgreSQL store's table, name or schema.name;
+//	--table NAME  the database store's table, name (or schema.name on
+//	              PostgreSQL);
 //	              default idemkey_records
 //	--json        print JSON instead of text
 //	--timeout D   how long the whole command may take; default 30s

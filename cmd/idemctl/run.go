@@ -68,8 +68,8 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.url, "redis", g.url, "Redis URL; default $REDIS_URL, else "+defaultURL)
 	fs.BoolVar(&g.cluster, "cluster", g.cluster, "the URL names a Redis Cluster node")
 	fs.StringVar(&g.prefix, "redis-prefix", g.prefix, "the key prefix the service gives redis.WithKeyPrefix; default none")
-	fs.StringVar(&g.dbURL, "database-url", g.dbURL, "PostgreSQL URL of a store/postgres table; default $DATABASE_URL when --redis and $REDIS_URL are not set")
-	fs.StringVar(&g.table, "table", g.table, "the PostgreSQL store's table (name or schema.name)")
+	fs.StringVar(&g.dbURL, "database-url", g.dbURL, "PostgreSQL URL of a store/postgres table (or mysql:// URL of a store/mysql one); default $DATABASE_URL when --redis and $REDIS_URL are not set")
+	fs.StringVar(&g.table, "table", g.table, "the database store's table (name, or schema.name on PostgreSQL)")
 	fs.BoolVar(&g.json, "json", g.json, "print JSON")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "how long the whole command may take")
 }
@@ -180,7 +180,16 @@ func (e *env) open(ctx context.Context) (context.Context, error) {
 		return ctx, err
 	}
 	if pgURL != "" && g.prefix != "" {
-		return ctx, fmt.Errorf("%w: --redis-prefix is for a Redis store, not PostgreSQL", errUsage)
+		return ctx, fmt.Errorf("%w: --redis-prefix is for a Redis store, not a database", errUsage)
+	}
+	if isMySQL(pgURL) {
+		st, closeDB, err := connectMySQL(ctx, pgURL, g.table)
+		if err != nil {
+			return ctx, err
+		}
+		e.closers = append(e.closers, closeDB)
+		e.st, e.table = st, st.Table()
+		return ctx, nil
 	}
 	if pgURL != "" {
 		st, closeDB, err := connectPostgres(ctx, pgURL, g.table)

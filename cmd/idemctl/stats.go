@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/mysql"
 	"github.com/idemkey/idemkey/store/postgres"
 	"github.com/idemkey/idemkey/store/redis"
 )
@@ -65,6 +66,8 @@ func stats(ctx context.Context, e *env, args []string) error {
 	switch d := st.Detail.(type) {
 	case *postgres.TableStats:
 		return e.printTableStats(st, d)
+	case *mysql.TableStats:
+		return e.printMySQLStats(st, d)
 	case *redis.Memory:
 		sum := redisSummary(st, d)
 		if e.json {

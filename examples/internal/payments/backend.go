@@ -40,12 +40,12 @@ const StartTimeout = 5 * time.Second
 type Backend struct {
 	// Store keeps the claims and records.
 	Store store.Store
-	// Name says which store it is: "memory", "redis", "redis-cluster" or
-	// "postgres".
+	// Name says which store it is: "memory", "redis", "redis-cluster",
+	// "postgres" or "mysql".
 	Name string
-	// DB is the PostgreSQL pool the store and the payments share; nil
-	// without DATABASE_URL.
-	DB *pgxpool.Pool
+	// book is where the payments go when they share the store's
+	// database (DATABASE_URL): nil keeps them in the process's memory.
+	book paymentBook
 	// Ping reports whether the store answers; nil for the in-memory store,
 	// which always does.
 	Ping func(context.Context) error
@@ -69,6 +69,8 @@ func OpenBackend(ctx context.Context, cfg Config, logger *slog.Logger) (*Backend
 		name   string
 	)
 	switch {
+	case strings.HasPrefix(cfg.DatabaseURL, "mysql://"):
+		return openMySQL(ctx, cfg.DatabaseURL, logger)
 	case cfg.DatabaseURL != "":
 		return openPostgres(ctx, cfg.DatabaseURL, logger)
 	case len(cfg.RedisClusterAddrs) > 0:
@@ -184,7 +186,7 @@ func openPostgres(ctx context.Context, url string, logger *slog.Logger) (*Backen
 	return &Backend{
 		Store: st,
 		Name:  "postgres",
-		DB:    pool,
+		book:  dbPayments{pool},
 		Ping:  pool.Ping,
 		Close: func() error {
 			st.Close()

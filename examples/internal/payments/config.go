@@ -31,7 +31,8 @@ type Config struct {
 	// With neither RedisURL nor RedisClusterAddrs (nor DatabaseURL) the
 	// service keeps its keys in memory.
 	RedisClusterAddrs []string
-	// DatabaseURL is a postgres:// URL (DATABASE_URL). Set, the service
+	// DatabaseURL is a postgres:// or mysql:// URL (DATABASE_URL: for
+	// MySQL and MariaDB, mysql://user[:password]@host:port/database). Set, the service
 	// keeps its idempotency records and its payments in that database,
 	// and each payment commits with its kept answer in one transaction.
 	// Empty: no database. It cannot be combined with Redis.
@@ -73,7 +74,7 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	}
 	c.DatabaseURL = strings.TrimSpace(getenv("DATABASE_URL"))
 	if c.DatabaseURL != "" && (c.RedisURL != "" || len(c.RedisClusterAddrs) > 0) {
-		return Config{}, errors.New("set DATABASE_URL or REDIS_URL (or REDIS_CLUSTER_ADDRS), not both: with DATABASE_URL the idempotency records live in PostgreSQL, in the payments' own transactions")
+		return Config{}, errors.New("set DATABASE_URL or REDIS_URL (or REDIS_CLUSTER_ADDRS), not both: with DATABASE_URL the idempotency records live in the database (PostgreSQL, MySQL or MariaDB), in the payments' own transactions")
 	}
 	if v := strings.TrimSpace(getenv("PAYMENT_DELAY")); v != "" {
 		d, err := time.ParseDuration(v)

@@ -9,7 +9,8 @@
 //	ADDR                 where to listen; default 127.0.0.1:8080
 //	REDIS_URL            redis:// URL of a Redis to keep keys in; unset: in memory
 //	REDIS_CLUSTER_ADDRS  comma-separated seed nodes of a Redis Cluster instead
-//	DATABASE_URL         postgres:// URL: keep keys and payments in PostgreSQL, in one transaction
+//	DATABASE_URL         postgres:// URL: keep keys and payments in PostgreSQL, in one transaction;
+//	                     mysql://user[:password]@host:port/database: the same in MySQL or MariaDB
 //	PAYMENT_DELAY        how long POST /payments waits after paying, before answering; default 0
 //	BANK_DELAY           how long the simulated bank takes; default 200ms
 //	LOG_LEVEL            debug, info (default), warn or error
@@ -157,8 +158,8 @@ func Run(ctx context.Context, getenv func(string) string, logger *slog.Logger, r
 	}
 	led := newLedger()
 	var pays paymentBook = memoryPayments{led}
-	if backend.DB != nil {
-		pays = dbPayments{backend.DB}
+	if backend.book != nil {
+		pays = backend.book
 	}
 	s := &Service{
 		metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),

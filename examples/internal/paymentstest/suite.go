@@ -54,7 +54,9 @@ func (b backend) environ(t *testing.T) map[string]string {
 // spawned for the test (skipped without the server binaries, failed when
 // CI is set), where each service gets a schema of its own; against the
 // PostgreSQL at DATABASE_URL when that is set, with fewer tests and small
-// pools (a shared server has few connections to spare); and, against
+// pools (a shared server has few connections to spare); against the MySQL
+// or MariaDB at MYSQL_URL when that is set, with the same few tests, each
+// in a database of its own; and, against
 // Redis and PostgreSQL, with two instances that share it.
 func Run(t *testing.T, routes payments.Routes) {
 	t.Run("memory", func(t *testing.T) {
@@ -101,6 +103,27 @@ func Run(t *testing.T, routes payments.Routes) {
 				"Healthz":                         testHealthz,
 				"TwoInstancesRunOnce":             testTwoInstances,
 				"PaymentNotVisibleUntilCommitted": testPaymentInTransaction,
+			} {
+				t.Run(name, func(t *testing.T) { t.Parallel(); f(t, routes, b) })
+			}
+		})
+	}
+	if u := os.Getenv("MYSQL_URL"); u != "" {
+		// A MySQL or MariaDB the environment provides (CI starts one):
+		// the tests that show the transaction, in databases of their own
+		// that are dropped after them.
+		t.Run("mysql-url", func(t *testing.T) {
+			t.Parallel()
+			b := mysqlBackend(u)
+			for name, f := range map[string]func(*testing.T, payments.Routes, backend){
+				"LostReplyIsReplayed":             testLostReply,
+				"ConcurrentRetriesRunOnce":        testConcurrent,
+				"Healthz":                         testHealthz,
+				"TwoInstancesRunOnce":             testTwoInstances,
+				"PaymentNotVisibleUntilCommitted": testPaymentInTransaction,
+				"PaymentDelay":                    testPaymentDelay,
+				"PaymentPastDeadline":             testPaymentPastDeadline,
+				"GetPayment":                      testGetPayment,
 			} {
 				t.Run(name, func(t *testing.T) { t.Parallel(); f(t, routes, b) })
 			}
