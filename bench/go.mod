@@ -3,8 +3,10 @@ module github.com/idemkey/idemkey/bench
 go 1.26.0
 
 require (
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemkey/idemkey v0.0.0-20261201134112-96e04b4d74af
 	github.com/idemkey/idemkey/internal/pgtest v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey/store/mysql v0.0.0-20261201134112-96e04b4d74af
 	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201134112-96e04b4d74af
 	github.com/idemkey/idemkey/store/redis v0.0.0-20261201134112-96e04b4d74af
 	github.com/jackc/pgx/v5 v5.12.0
@@ -12,6 +14,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -27,6 +30,7 @@ require (
 replace (
 	github.com/idemkey/idemkey => ../
 	github.com/idemkey/idemkey/internal/pgtest => ../internal/pgtest
+	github.com/idemkey/idemkey/store/mysql => ../store/mysql
 	github.com/idemkey/idemkey/store/postgres => ../store/postgres
 	github.com/idemkey/idemkey/store/redis => ../store/redis
 )

@@ -101,6 +101,7 @@ func main() {
 		redisAddr = flag.String("redis-addr", "", "internal: the Redis address for -serve")
 		pgURL     = flag.String("pg-url", "", "internal: the PostgreSQL URL for -serve")
 		pgFsync   = flag.Bool("pg-fsync", true, "run the PostgreSQL scenarios' cluster with fsync on, as in production (off: commits do not wait for the disk)")
+		mysqlURL  = flag.String("mysql-url", cmp.Or(os.Getenv("MYSQL_URL"), "mysql://root@127.0.0.1:3306/test"), "the MySQL or MariaDB server of the MySQL scenarios (a database is made on it for the run, and dropped)")
 		pgBouncer = flag.Bool("pg-bouncer", false, "reach the PostgreSQL scenarios' cluster through a PgBouncer in transaction mode (a server connection per connection of the largest concurrency), with pgx in exec mode")
 		pool      = flag.Int("pool", 64, "internal: go-redis pool size for -serve")
 		cacheSize = flag.Int("cache", 10_000, "records the idemkey-redis+cache scenario keeps in its local replay cache")
@@ -130,10 +131,13 @@ func main() {
 		switch {
 		case s == "postgres":
 			scs = append(scs, pgScenarios...)
-		case slices.Contains(scenarios, s), slices.Contains(pgScenarios, s):
+		case s == "mysql":
+			scs = append(scs, myScenarios...)
+		case slices.Contains(scenarios, s), slices.Contains(pgScenarios, s), slices.Contains(myScenarios, s):
 			scs = append(scs, s)
 		default:
-			log.Fatalf("load: unknown scenario %q (have %s, %s, or postgres for all of those)", s, strings.Join(scenarios, ", "), strings.Join(pgScenarios, ", "))
+			log.Fatalf("load: unknown scenario %q (have %s, %s, %s, or postgres or mysql for all of those)", s,
+				strings.Join(scenarios, ", "), strings.Join(pgScenarios, ", "), strings.Join(myScenarios, ", "))
 		}
 	}
 	var phases []phase
@@ -196,6 +200,12 @@ func main() {
 			r.pgURL = r.bouncer.URL + "&default_query_exec_mode=exec"
 		}
 	}
+	if slices.ContainsFunc(scs, usesMySQL) {
+		if r.my, err = launchMySQL(*mysqlURL); err != nil {
+			r.cleanup()
+			log.Fatalf("load: %v", err)
+		}
+	}
 	r.servers = map[string]*serverProc{}
 	for _, sc := range scs {
 		addr, url := "", ""
@@ -204,6 +214,9 @@ func main() {
 		}
 		if r.pg != nil {
 			url = r.pgURL
+		}
+		if usesMySQL(sc) {
+			url = r.my.url
 		}
 		prof := ""
 		if *profile != "" {
@@ -282,6 +295,7 @@ type runner struct {
 	pg      *pgtest.Server
 	bouncer *pgtest.PgBouncer // in front of pg, with -pg-bouncer
 	pgURL   string            // how the servers reach pg
+	my      *mysqlRun         // the MySQL scenarios' database
 	servers map[string]*serverProc
 	once    sync.Once
 }
@@ -299,6 +313,9 @@ func (r *runner) cleanup() {
 		}
 		if r.pg != nil {
 			r.pg.Close()
+		}
+		if r.my != nil {
+			r.my.Close()
 		}
 	})
 }
@@ -390,7 +407,16 @@ func (r *runner) cell(sc string, conns int, ph phase, tag string, d time.Duratio
 		}
 	}
 	var pg0 time.Duration
-	if r.pg != nil {
+	var my0 int64
+	switch {
+	case usesMySQL(sc):
+		if pg0, err = r.my.CPU(); err == nil {
+			my0, err = r.my.trips()
+		}
+		if err != nil {
+			return nil, err
+		}
+	case r.pg != nil:
 		if pg0, err = r.pg.CPU(); err != nil {
 			return nil, err
 		}
@@ -407,7 +433,18 @@ func (r *runner) cell(sc string, conns int, ph phase, tag string, d time.Duratio
 		serverCPU: time.Duration(s1.CPUNs - s0.CPUNs), runs: s1.Runs - s0.Runs,
 		errors: res.errors, firstErr: res.firstErr, sent: map[string]int64{},
 		pgTrips: s1.PGTrips - s0.PGTrips}
-	if r.pg != nil {
+	switch {
+	case usesMySQL(sc):
+		my1, err := r.my.trips()
+		if err != nil {
+			return nil, err
+		}
+		cpu1, err := r.my.CPU()
+		if err != nil {
+			return nil, err
+		}
+		c.pgTrips, c.pgCPU = my1-my0-1, cpu1-pg0 // (the first trips query counts itself)
+	case r.pg != nil:
 		pg1, err := r.pg.CPU()
 		if err != nil {
 			return nil, err
@@ -530,6 +567,7 @@ type machineInfo struct {
 	goVersion  string
 	redis      string
 	postgres   string
+	mysql      string
 	loadBefore string
 	loadAfter  string
 }
@@ -548,6 +586,9 @@ func machine(r *runner) *machineInfo {
 		if info, err := redistest.Info(r.redis.Addr, "server"); err == nil {
 			m.redis = info["redis_version"]
 		}
+	}
+	if r.my != nil {
+		m.mysql = r.my.version
 	}
 	if r.pg != nil {
 		m.postgres = postgresVersion(r.pg.URL)
@@ -573,11 +614,12 @@ func loadAverage() string {
 // report prints the machine, the table and the targets, reports whether
 // any check failed, and returns the targets measured, for the chart.
 func report(w io.Writer, m *machineInfo, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg, d time.Duration, rounds int) (bool, []ratioBar) {
-	fmt.Fprintf(w, "machine: %d CPUs, %s; %s; Redis %s; PostgreSQL %s; load average %s before, %s after\n",
-		m.cpus, cmp.Or(m.model, "unknown CPU"), m.goVersion, cmp.Or(m.redis, "-"), cmp.Or(m.postgres, "-"), m.loadBefore, m.loadAfter)
+	fmt.Fprintf(w, "machine: %d CPUs, %s; %s; Redis %s; PostgreSQL %s; MySQL %s; load average %s before, %s after\n",
+		m.cpus, cmp.Or(m.model, "unknown CPU"), m.goVersion, cmp.Or(m.redis, "-"), cmp.Or(m.postgres, "-"), cmp.Or(m.mysql, "-"), m.loadBefore, m.loadAfter)
 	fmt.Fprintf(w, "each row: %d rounds of %v; 1 KiB JSON POST, 201 with a 90-byte JSON answer\n\n", rounds, d)
-	var pgs []string
-	scs, pgs = splitPostgres(scs)
+	var pgs, mys []string
+	pgs, scs = splitFunc(scs, usesPostgres)
+	mys, scs = splitFunc(scs, usesMySQL)
 	failed := false
 	var bars []ratioBar
 	if len(scs) > 0 {
@@ -590,6 +632,14 @@ func report(w io.Writer, m *machineInfo, scs []string, connsList []int, phases [
 		pgFailed, pgBars := reportPostgres(w, pgs, connsList, phases, results)
 		failed = failed || pgFailed
 		bars = append(bars, pgBars...)
+	}
+	if len(mys) > 0 {
+		if len(scs)+len(pgs) > 0 {
+			fmt.Fprintln(w)
+		}
+		myFailed, myBars := reportMySQL(w, m.mysql, mys, connsList, phases, results)
+		failed = failed || myFailed
+		bars = append(bars, myBars...)
 	}
 	return failed, bars
 }

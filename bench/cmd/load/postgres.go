@@ -188,6 +188,12 @@ func (p *pgApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "database: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	p.a.answer(w, key, run, n)
+}
+
+// answer writes the SQL scenarios' 201: the payment made for key by run,
+// from a body of n bytes.
+func (a *app) answer(w http.ResponseWriter, key string, run, n int64) {
 	var buf [512]byte
 	b := append(buf[:0], `{"id":"pay_`...)
 	b = strconv.AppendInt(b, run, 10)
@@ -330,17 +336,17 @@ func pgHandler(sc string, a *app, url string, poolSize int, trips *pgtest.Trips)
 	return mw.Required()(&pgApp{a: a, pool: pool, mode: mode}), closeFn, nil
 }
 
-// splitPostgres splits scenarios into the others and PostgreSQL's, each in
+// splitFunc splits scenarios into those f reports and the others, each in
 // its order.
-func splitPostgres(scs []string) (others, pgs []string) {
+func splitFunc(scs []string, f func(string) bool) (in, others []string) {
 	for _, sc := range scs {
-		if usesPostgres(sc) {
-			pgs = append(pgs, sc)
+		if f(sc) {
+			in = append(in, sc)
 		} else {
 			others = append(others, sc)
 		}
 	}
-	return others, pgs
+	return in, others
 }
 
 // postgresVersion returns the server's version, or "".

@@ -47,11 +47,13 @@ const (
 var scenarios = []string{scBare, scFloor, scTypical, scTypicalAP, scMemory, scRedis, scRedisCache, scRedisAP}
 
 // usesRedis reports whether a scenario keeps its keys in Redis.
-func usesRedis(sc string) bool { return sc != scBare && sc != scMemory && !usesPostgres(sc) }
+func usesRedis(sc string) bool {
+	return sc != scBare && sc != scMemory && !usesPostgres(sc) && !usesMySQL(sc)
+}
 
 // idempotent reports whether a scenario answers a repeated key with the
 // first answer (every one but bare and pg-bare).
-func idempotent(sc string) bool { return sc != scBare && sc != scPgBare }
+func idempotent(sc string) bool { return sc != scBare && sc != scPgBare && sc != scMyBare }
 
 // Settings every scenario shares.
 const (
@@ -160,12 +162,18 @@ func serve(sc, redisAddr, pgURL string, poolSize, cacheSize int, profile string)
 	var h http.Handler
 	var closeFn func()
 	var err error
-	if usesPostgres(sc) {
+	switch {
+	case usesMySQL(sc):
+		if pgURL == "" {
+			return errors.New("scenario " + sc + " needs -pg-url (the MySQL URL)")
+		}
+		h, closeFn, err = myHandler(sc, a, pgURL, poolSize)
+	case usesPostgres(sc):
 		if pgURL == "" {
 			return errors.New("scenario " + sc + " needs -pg-url")
 		}
 		h, closeFn, err = pgHandler(sc, a, pgURL, poolSize, trips)
-	} else {
+	default:
 		h, closeFn, err = scenarioHandler(sc, a, redisAddr, poolSize, cacheSize, counter)
 	}
 	if err != nil {

@@ -1,0 +1,412 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/idemkey/idemkey/middleware"
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/mysql"
+)
+
+// The MySQL scenarios: PostgreSQL's four, on the MySQL or MariaDB at
+// -mysql-url, in a database the driver makes for the run and drops after.
+const (
+	// scMyBare: the handler in a transaction of its own, no idempotency.
+	scMyBare = "my-bare"
+	// scMyTypical: the hand-written pattern (SELECT the key's row, INSERT
+	// it, the handler's INSERT, UPDATE it with the response, COMMIT).
+	scMyTypical = "my-typical"
+	// scMy: store/mysql as a plain store: claim, the handler's INSERT on
+	// its own, complete.
+	scMy = "idemkey-my"
+	// scMyTx: store/mysql in the transactional flow: the handler's INSERT
+	// in the request's transaction, committed with the record.
+	scMyTx = "idemkey-my-tx"
+)
+
+var myScenarios = []string{scMyBare, scMyTypical, scMy, scMyTx}
+
+func usesMySQL(sc string) bool {
+	switch sc {
+	case scMyBare, scMyTypical, scMy, scMyTx:
+		return true
+	}
+	return false
+}
+
+// myTables are the tables the MySQL scenarios use besides the store's.
+var myTables = []string{`CREATE TABLE bench_payments (
+    id    BIGINT AUTO_INCREMENT PRIMARY KEY,
+    k     VARCHAR(64) NOT NULL,
+    run   BIGINT NOT NULL,
+    bytes INT NOT NULL
+) ENGINE=InnoDB`, `CREATE TABLE bench_typical_keys (
+    k            VARCHAR(64) NOT NULL PRIMARY KEY,
+    request_hash CHAR(64) NOT NULL,
+    status       INT NULL,
+    content_type VARCHAR(255) NULL,
+    body         BLOB NULL,
+    created_at   DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB`}
+
+// mysqlRun is the database of a run on a MySQL or MariaDB server.
+type mysqlRun struct {
+	url     string // mysql:// URL of the run's database
+	server  string // the server's, as given
+	name    string
+	pid     int // the server's process, for its CPU time; 0 when unknown
+	version string
+}
+
+// launchMySQL makes the run's database on the server at server (a
+// mysql:// URL), with the scenarios' tables and the store's.
+func launchMySQL(server string) (*mysqlRun, error) {
+	var b [6]byte
+	rand.Read(b[:])
+	m := &mysqlRun{server: server, name: "idemkey_bench_" + hex.EncodeToString(b[:])}
+	u, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+	u.Path = "/" + m.name
+	m.url = u.String()
+	admin, err := openMySQL(server, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+m.name); err != nil {
+		return nil, fmt.Errorf("MySQL at %s: %w", server, err)
+	}
+	var pidFile string
+	admin.QueryRowContext(ctx, "SELECT @@pid_file, @@version").Scan(&pidFile, &m.version)
+	if b, err := os.ReadFile(pidFile); err == nil {
+		m.pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	db, err := openMySQL(m.url, 1)
+	if err == nil {
+		defer db.Close()
+		for _, t := range myTables {
+			if _, err = db.ExecContext(ctx, t); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil {
+		err = mysql.Migrate(ctx, db)
+	}
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("creating the tables: %w", err)
+	}
+	return m, nil
+}
+
+// Close drops the run's database.
+func (m *mysqlRun) Close() {
+	if admin, err := openMySQL(m.server, 1); err == nil {
+		admin.Exec("DROP DATABASE IF EXISTS " + m.name)
+		admin.Close()
+	}
+}
+
+// CPU returns the server process's CPU time so far.
+func (m *mysqlRun) CPU() (time.Duration, error) {
+	if m.pid == 0 {
+		return 0, nil
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(m.pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+// trips returns the statements the server has been sent so far
+// (Questions, which counts each COM_QUERY and COM_STMT_EXECUTE, plus
+// Com_stmt_prepare): its round trips, the server's whole, so a run's
+// scenarios are measured one at a time. The query itself counts one.
+func (m *mysqlRun) trips() (int64, error) {
+	db, err := openMySQL(m.server, 1)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	rows, err := db.Query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_stmt_prepare')")
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var n int64
+	for rows.Next() {
+		var name string
+		var v int64
+		if err := rows.Scan(&name, &v); err != nil {
+			return 0, err
+		}
+		n += v
+	}
+	return n, rows.Err()
+}
+
+// openMySQL opens the database at a mysql:// URL. Every scenario's
+// statements with arguments are interpolated by the driver
+// (interpolateParams), as services that care for round trips set it: one
+// round trip each, not a prepare and an execute.
+func openMySQL(rawURL string, size int) (*sql.DB, error) {
+	dsn, err := mysql.DSN(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.InterpolateParams = true
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(size)
+	db.SetMaxIdleConns(size)
+	db.SetConnMaxIdleTime(0)
+	return db, nil
+}
+
+// myApp is app with one insert: the payment, made the way mode says.
+type myApp struct {
+	a    *app
+	db   *sql.DB
+	mode insertMode
+}
+
+const myInsertPayment = "INSERT INTO bench_payments (k, run, bytes) VALUES (?, ?, ?)"
+
+// myTypicalKey is the context key of my-typical's transaction.
+type myTypicalKey struct{}
+
+func (p *myApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n, err := io.Copy(io.Discard, r.Body)
+	if err != nil {
+		http.Error(w, "body", http.StatusBadRequest)
+		return
+	}
+	ctx := r.Context()
+	key := r.Header.Get("Idempotency-Key")
+	run := p.a.runs.Add(1)
+	switch p.mode {
+	case ownTx:
+		var tx *sql.Tx
+		if tx, err = p.db.BeginTx(ctx, nil); err == nil {
+			if _, err = tx.ExecContext(ctx, myInsertPayment, key, run, n); err == nil {
+				err = tx.Commit()
+			} else {
+				tx.Rollback()
+			}
+		}
+	case autocommit:
+		_, err = p.db.ExecContext(ctx, myInsertPayment, key, run, n)
+	case requestTx:
+		tx := mysql.Tx(ctx)
+		if tx == nil {
+			err = errors.New("no request transaction")
+			break
+		}
+		_, err = tx.ExecContext(ctx, myInsertPayment, key, run, n)
+	case typicalTx:
+		_, err = ctx.Value(myTypicalKey{}).(*sql.Tx).ExecContext(ctx, myInsertPayment, key, run, n)
+	}
+	if err != nil {
+		http.Error(w, "database: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	p.a.answer(w, key, run, n)
+}
+
+// myTypical is pg-typical on MySQL: six round trips on a first run, three
+// on a replay. A duplicate that arrives while the first runs waits on the
+// row's lock, then fails on the key and answers 409.
+type myTypical struct {
+	db   *sql.DB
+	next http.Handler
+}
+
+func (t *myTypical) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key, body, ok := readKeyed(w, r)
+	if !ok {
+		return
+	}
+	fp := requestHash(r, body)
+	hash := hex.EncodeToString(fp[:])
+	ctx := r.Context()
+	tx, err := t.db.BeginTx(ctx, nil)
+	if err != nil {
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	defer tx.Rollback()
+	var (
+		h      string
+		status sql.NullInt64
+		ct     sql.NullString
+		resp   []byte
+	)
+	err = tx.QueryRowContext(ctx, "SELECT request_hash, status, content_type, body FROM bench_typical_keys WHERE k = ?", key).
+		Scan(&h, &status, &ct, &resp)
+	switch {
+	case err == nil && h != hash:
+		http.Error(w, "key reused", http.StatusUnprocessableEntity)
+		return
+	case err == nil && !status.Valid:
+		http.Error(w, "in flight", http.StatusConflict)
+		return
+	case err == nil:
+		wh := w.Header()
+		wh.Set("Content-Type", ct.String)
+		wh.Set("Idempotent-Replayed", "true")
+		wh.Set("Content-Length", strconv.Itoa(len(resp)))
+		w.WriteHeader(int(status.Int64))
+		w.Write(resp)
+		return
+	case !errors.Is(err, sql.ErrNoRows):
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO bench_typical_keys (k, request_hash) VALUES (?, ?)", key, hash); err != nil {
+		if myErr, ok := errors.AsType[*gomysql.MySQLError](err); ok && myErr.Number == 1062 {
+			http.Error(w, "in flight", http.StatusConflict)
+			return
+		}
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	bw := &bufWriter{h: w.Header()}
+	r = r.WithContext(context.WithValue(ctx, myTypicalKey{}, tx))
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	t.next.ServeHTTP(bw, r)
+	if bw.status == 0 {
+		bw.status = http.StatusOK
+	}
+	if bw.status >= 500 {
+		bw.send(w)
+		return
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE bench_typical_keys SET status = ?, content_type = ?, body = ? WHERE k = ?",
+		bw.status, w.Header().Get("Content-Type"), bw.body, key); err != nil {
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	if err := tx.Commit(); err != nil {
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	bw.send(w)
+}
+
+// myHandler builds the handler of MySQL scenario sc around a.
+func myHandler(sc string, a *app, rawURL string, poolSize int) (http.Handler, func(), error) {
+	db, err := openMySQL(rawURL, poolSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Dial every connection before serving, as for PostgreSQL.
+	ctx := context.Background()
+	conns := make([]*sql.Conn, 0, poolSize)
+	for range poolSize {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			db.Close()
+			return nil, nil, err
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	closeFn := func() { db.Close() }
+	switch sc {
+	case scMyBare:
+		return &myApp{a: a, db: db, mode: ownTx}, closeFn, nil
+	case scMyTypical:
+		return &myTypical{db: db, next: &myApp{a: a, db: db, mode: typicalTx}}, closeFn, nil
+	}
+	// The claim budget is 1 s here, as for PostgreSQL (see pgHandler).
+	st, err := mysql.New(ctx, db, mysql.WithSweepInterval(0), mysql.WithCallTimeout(time.Second))
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	closeFn = func() { st.Close(); db.Close() }
+	var s store.Store = st
+	mode := requestTx
+	if sc == scMy {
+		s, mode = plainStore{st, st}, autocommit
+	}
+	mw, err := middleware.New(s)
+	if err != nil {
+		closeFn()
+		return nil, nil, err
+	}
+	return mw.Required()(&myApp{a: a, db: db, mode: mode}), closeFn, nil
+}
+
+// reportMySQL prints the MySQL scenarios' table and targets, reports
+// whether a check failed, and returns the targets measured.
+func reportMySQL(w io.Writer, version string, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg) (bool, []ratioBar) {
+	fmt.Fprintf(w, "MySQL (%s): the handler inserts one row; DB round trips are the server's statements (Questions + Com_stmt_prepare), DB CPU the server process's\n\n", version)
+	fmt.Fprintln(w, "| conns | keys | scenario | req/s | x my-bare | x my-typical | p50 ms | p99 ms | server us/req | DB round trips/req | DB CPU us/req | checks |")
+	fmt.Fprintln(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	failed := false
+	for _, conns := range connsList {
+		for _, ph := range phases {
+			bare := results[cellKey{scMyBare, conns, ph}]
+			typ := results[cellKey{scMyTypical, conns, ph}]
+			for _, sc := range scs {
+				c := results[cellKey{sc, conns, ph}]
+				check := "ok"
+				if c.errors > 0 {
+					failed = true
+					check = fmt.Sprintf("FAILED (%d): %v", c.errors, c.firstErr)
+				}
+				fmt.Fprintf(w, "| %d | %s | %s | %.0f | %s | %s | %.2f | %.2f | %.1f | %.2f | %.1f | %s |\n",
+					conns, ph, sc, c.rate(), ratio(c, bare), ratio(c, typ),
+					ms(c.hist.quantile(0.5)), ms(c.hist.quantile(0.99)),
+					c.per(float64(c.serverCPU.Microseconds())),
+					c.per(float64(c.pgTrips)), c.per(float64(c.pgCPU.Microseconds())), check)
+			}
+		}
+	}
+	ts := []target{
+		{"idemkey-my-tx / my-typical", scMyTx, scMyTypical, fresh, 1.2},
+		{"idemkey-my-tx / my-typical", scMyTx, scMyTypical, replay, 1.5},
+		{"idemkey-my-tx / my-bare", scMyTx, scMyBare, fresh, 0.75},
+	}
+	bars := measure(ts, scs, connsList, phases, results)
+	printTargets(w, 28, bars)
+	return failed, bars
+}
