@@ -112,14 +112,22 @@
 //	path                              round trips
 //	ClaimTx: first run                 4  the row read with both GET_LOCKs; START TRANSACTION; the claim's INSERT (or takeover UPDATE); SAVEPOINT
 //	handler's statements               1 each without arguments; the driver sends one with arguments as prepare and execute (2) unless interpolateParams is set
-//	Tx.Commit                          2  the fenced UPDATE that keeps the record, COMMIT; then RELEASE_ALL_LOCKS, not waited for
+//	Tx.Commit                          2  the fenced UPDATE that keeps the record, COMMIT; then 2 not waited for (see below)
 //	Tx.Commit of a kept 4xx            3  ROLLBACK TO SAVEPOINT first
-//	Tx.Rollback                        2  ROLLBACK; one statement that lets go of the locks and checks the claim is not committed
+//	Tx.Rollback                        2  ROLLBACK; one statement that lets go of the locks and checks the claim is not committed; then 1 not waited for
 //	ClaimTx: replay, in flight, reused 1  the row read (and the locks tried, for a claim in flight)
 //	Claim (plain): first run           2  the same row read with the locks; the claim's INSERT or UPDATE, committed; then the locks let go of, not waited for
 //	Claim (plain): replay, in flight   1
 //	Complete, Release, Extend          1  (2 when the statement changes nothing: a read tells a resent call from a lost claim)
 //	Sweep                              5 per batch: a READ COMMITTED transaction that selects with SKIP LOCKED and deletes
+//
+// The store sends COMMIT and ROLLBACK as statements bounded by the call's
+// budget, because database/sql gives a transaction's Commit and Rollback
+// no context and the driver sends them unbounded (against a stalled
+// server they would never return). After the answer goes out, the
+// *sql.Tx is ended for database/sql with a ROLLBACK the server answers as
+// a no-op, and the claim's locks are let go of (RELEASE_ALL_LOCKS): the
+// two round trips not waited for.
 //
 // WithTxOptions with an isolation level adds one (SET TRANSACTION before
 // START TRANSACTION), WithClientErrorWrites(true) saves one (no savepoint).

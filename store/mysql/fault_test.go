@@ -4,15 +4,18 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/mysql"
 )
 
@@ -221,4 +224,97 @@ func TestFaultPoolExhausted(t *testing.T) {
 			t.Fatalf("a blocked request: %d %s", a.status, a.body)
 		}
 	}
+}
+
+// freeze stops the server (SIGSTOP); thaw resumes it.
+func (m *mariadb) freeze() { m.cmd.Process.Signal(syscall.SIGSTOP) }
+func (m *mariadb) thaw()   { m.cmd.Process.Signal(syscall.SIGCONT) }
+
+// TestFaultServerFrozen: with the server stopped (SIGSTOP), a commit, a
+// commit of a request without a key and a rollback each fail within the
+// commit budget (the driver gives COMMIT and ROLLBACK no context of their
+// own: the store must bound them), and after the thaw the key holds one
+// payment, whether the commit sent into the freeze ran or not.
+func TestFaultServerFrozen(t *testing.T) {
+	const budget = 300 * time.Millisecond
+	m := startMariaDB(t)
+	db := openDB(t, m.url, 20)
+	st, _ := newStore(t, db, mysql.WithCommitTimeout(budget))
+	pay := newPayments(t, db)
+	ctx := context.Background()
+	key := newKey()
+	tctx, tx := claimTx(t, st, key, newClaim(1))
+	if err := pay.insert(tctx, mysql.Tx(tctx), key, "first"); err != nil {
+		t.Fatal(err)
+	}
+	keyless, err := st.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx := keyless.NewContext(ctx)
+	if err := pay.insert(kctx, mysql.Tx(kctx), "keyless", "first"); err != nil {
+		t.Fatal(err)
+	}
+	_, other := claimTx(t, st, newKey(), newClaim(2))
+	m.freeze()
+	thawed := false
+	defer func() {
+		if !thawed {
+			m.thaw()
+		}
+	}()
+	for _, c := range []struct {
+		name string
+		end  func() error
+	}{
+		{"commit", func() error { return tx.Commit(ctx, record([32]byte{1}, 201), time.Hour) }},
+		{"keyless commit", func() error { return keyless.Commit(ctx, record([32]byte{1}, 201), time.Hour) }},
+		{"rollback", func() error { return other.Rollback(ctx) }},
+	} {
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- c.end() }()
+		select {
+		case err := <-done:
+			d := time.Since(start)
+			t.Logf("server frozen: %s answered after %v: %v", c.name, d.Round(time.Millisecond), err)
+			if c.name != "rollback" && (err == nil || errors.Is(err, store.ErrNotOwner)) {
+				t.Errorf("%s against a frozen server: %v, want an unknown outcome", c.name, err)
+			}
+			if d > budget+2*time.Second {
+				t.Errorf("%s took %v, budget %v", c.name, d, budget)
+			}
+		case <-time.After(budget + 5*time.Second):
+			t.Fatalf("%s against a frozen server did not return within %v", c.name, budget+5*time.Second)
+		}
+	}
+	m.thaw()
+	thawed = true
+	// After the thaw, the commit sent into the freeze ran or not: the
+	// retry replays it, or takes the key over once the server has seen
+	// the store's connection gone, and pays.
+	var state store.State
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		res, retry, err := st.ClaimTx(ctx, key, newClaim(1))
+		if err == nil && res.State == store.Claimed {
+			rctx := retry.NewContext(ctx)
+			if err := pay.insert(rctx, mysql.Tx(rctx), key, "retry"); err != nil {
+				t.Fatal(err)
+			}
+			if err := retry.Commit(ctx, record([32]byte{1}, 201), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err == nil && (res.State == store.Claimed || res.State == store.Completed) {
+			state = res.State
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the key after the thaw: %v %v", res.State, err)
+		}
+	}
+	if n := pay.count(t, key); n != 1 {
+		t.Fatalf("%d payments for the key after the thaw (the retry found %v), want 1", n, state)
+	}
+	t.Logf("after the thaw the retry found the key %v: one payment", state)
 }

@@ -336,7 +336,7 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 			if err == nil {
 				n, err = res.RowsAffected()
 			}
-			s.letGo(conn, r.connID)
+			s.letGo(conn, r.connID, nil)
 			if err != nil {
 				if isNumber(err, errDupKey) || connLost(ctx, err) {
 					lastErr = err
@@ -380,10 +380,22 @@ func waitFor(ctx context.Context) time.Duration {
 // letGo lets go of every named lock conn holds and gives it back to the
 // pool, in the background. A connection that fails this is closed, and
 // its session killed, which releases its locks on the server.
-func (s *Store) letGo(conn *sql.Conn, connID int64) {
+func (s *Store) letGo(conn *sql.Conn, connID int64, tx *sql.Tx) {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
+		if tx != nil {
+			// The transaction was ended by a COMMIT or ROLLBACK sent as
+			// a statement (bounded by the call's context, as the
+			// driver's own are not): database/sql is told now, with a
+			// ROLLBACK the server answers as a no-op, so that the
+			// connection can go back.
+			tx.Rollback()
+		}
+		if connID == 0 {
+			conn.Close()
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.commitTimeout)
 		defer cancel()
 		s.release(ctx, conn, connID)

@@ -174,7 +174,7 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 			return nil, false, nil
 		}
 		txCancel()
-		s.letGo(conn, r.connID)
+		s.letGo(conn, r.connID, nil)
 		return nil, false, nil
 	}
 	if s.undo4xx {
@@ -376,17 +376,19 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 			return store.ErrNotOwner
 		}
 	}
-	if err := t.tx.Commit(); err != nil {
+	if _, err := t.tx.ExecContext(ctx, "COMMIT"); err != nil {
 		if errors.Is(err, sql.ErrTxDone) {
 			return t.commitOutside(ctx, rec, header, ret)
 		}
-		// Refused by the server (rolled back), or the reply was lost (the
-		// outcome is unknown): either way the session is not to be
-		// trusted with the claim's locks.
+		// Refused by the server (rolled back), or the reply was lost or
+		// late (the outcome is unknown; the driver closed the
+		// connection): either way the session is not to be trusted with
+		// the claim's locks.
+		t.tx.Rollback()
 		t.s.discard(t.conn, t.connID)
 		return unavailable("commit", err)
 	}
-	t.s.letGo(t.conn, t.connID)
+	t.s.letGo(t.conn, t.connID, t.tx)
 	return nil
 }
 
@@ -399,7 +401,7 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 // key is free.
 func (t *requestTx) commitOutside(ctx context.Context, rec *store.Record, header []byte, ret int64) error {
 	if t.key == "" {
-		t.s.letGo(t.conn, t.connID)
+		t.s.letGo(t.conn, t.connID, nil)
 		return nil
 	}
 	stmt, args := t.s.sql.keep(t.key, t.token, rec, header, ret, -1)
@@ -446,21 +448,23 @@ func (t *requestTx) Rollback(ctx context.Context) error {
 		t.s.discard(t.conn, t.connID)
 		return nil
 	}
-	if err := t.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+	if _, err := t.tx.ExecContext(ctx, "ROLLBACK"); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		t.tx.Rollback()
 		t.s.discard(t.conn, t.connID)
 		return unavailable("rollback", err)
 	}
 	if t.key == "" {
-		t.s.letGo(t.conn, t.connID)
+		t.s.letGo(t.conn, t.connID, t.tx)
 		return nil
 	}
 	var held bool
 	var released sql.NullInt64
 	if err := t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.token)).Scan(&held, &released); err != nil {
+		t.tx.Rollback()
 		t.s.discard(t.conn, t.connID)
 		return unavailable("rollback", err)
 	}
-	t.conn.Close()
+	t.s.letGo(t.conn, 0, t.tx) // the locks went with the statement above
 	if held {
 		return unavailable("rollback", errEndedOutside)
 	}
@@ -470,15 +474,12 @@ func (t *requestTx) Rollback(ctx context.Context) error {
 // abort rolls the transaction back and lets go of the claim's locks; on
 // failure it closes the connection and kills its session.
 func (t *requestTx) abort(ctx context.Context) {
-	if err := t.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+	if _, err := t.tx.ExecContext(ctx, "ROLLBACK"); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		t.tx.Rollback()
 		t.s.discard(t.conn, t.connID)
 		return
 	}
-	if t.key == "" {
-		t.s.letGo(t.conn, t.connID)
-		return
-	}
-	t.s.release(ctx, t.conn, t.connID)
+	t.s.letGo(t.conn, t.connID, t.tx)
 }
 
 var _ store.Waiter = (*Store)(nil)
