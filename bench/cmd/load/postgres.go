@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemkey/idemkey/internal/pgtest"
 	"github.com/idemkey/idemkey/middleware"
@@ -40,13 +42,16 @@ const (
 	// handler's INSERT in the request's transaction, committed with the
 	// record.
 	scPgTx = "idemkey-pg-tx"
+	// scPgSQL: scPgTx through database/sql (postgres.NewDB on pgx's
+	// driver): the INSERT in the request's *sql.Tx.
+	scPgSQL = "idemkey-pg-sql"
 )
 
-var pgScenarios = []string{scPgBare, scPgTypical, scPg, scPgTx}
+var pgScenarios = []string{scPgBare, scPgTypical, scPg, scPgTx, scPgSQL}
 
 func usesPostgres(sc string) bool {
 	switch sc {
-	case scPgBare, scPgTypical, scPg, scPgTx:
+	case scPgBare, scPgTypical, scPg, scPgTx, scPgSQL:
 		return true
 	}
 	return false
@@ -138,10 +143,11 @@ func newPgPool(url string, size int, trips *pgtest.Trips) (*pgxpool.Pool, error)
 type insertMode int
 
 const (
-	ownTx      insertMode = iota + 1 // a transaction of its own (pg-bare)
-	autocommit                       // one statement on the pool (idemkey-pg)
-	requestTx                        // the request's, from postgres.Tx (idemkey-pg-tx)
-	typicalTx                        // pg-typical's, from the context
+	ownTx        insertMode = iota + 1 // a transaction of its own (pg-bare)
+	autocommit                         // one statement on the pool (idemkey-pg)
+	requestTx                          // the request's, from postgres.Tx (idemkey-pg-tx)
+	typicalTx                          // pg-typical's, from the context
+	requestSQLTx                       // the request's *sql.Tx, from postgres.SQLTx (idemkey-pg-sql)
 )
 
 // pgApp is app with one insert: the payment, made the way mode says,
@@ -183,6 +189,13 @@ func (p *pgApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, err = tx.Exec(ctx, insertPayment, key, run, n)
 	case typicalTx:
 		_, err = ctx.Value(typicalKey{}).(pgx.Tx).Exec(ctx, insertPayment, key, run, n)
+	case requestSQLTx:
+		tx := postgres.SQLTx(ctx)
+		if tx == nil {
+			err = errors.New("no request transaction")
+			break
+		}
+		_, err = tx.ExecContext(ctx, insertPayment, key, run, n)
 	}
 	if err != nil {
 		http.Error(w, "database: "+err.Error(), http.StatusServiceUnavailable)
@@ -300,6 +313,9 @@ type plainStore struct {
 
 // pgHandler builds the handler of PostgreSQL scenario sc around a.
 func pgHandler(sc string, a *app, url string, poolSize int, trips *pgtest.Trips) (http.Handler, func(), error) {
+	if sc == scPgSQL {
+		return pgSQLHandler(a, url, poolSize, trips)
+	}
 	pool, err := newPgPool(url, poolSize, trips)
 	if err != nil {
 		return nil, nil, err
@@ -394,8 +410,49 @@ func reportPostgres(w io.Writer, scs []string, connsList []int, phases []phase, 
 		{"idemkey-pg-tx / pg-typical", scPgTx, scPgTypical, fresh, 1.2},
 		{"idemkey-pg-tx / pg-typical", scPgTx, scPgTypical, replay, 1.5},
 		{"idemkey-pg-tx / pg-bare", scPgTx, scPgBare, fresh, 0.75},
+		{"idemkey-pg-sql / pg-typical", scPgSQL, scPgTypical, fresh, 1.2},
+		{"idemkey-pg-sql / pg-typical", scPgSQL, scPgTypical, replay, 1.5},
 	}
 	bars := measure(ts, scs, connsList, phases, results)
 	printTargets(w, 28, bars)
 	return failed, bars
+}
+
+// pgSQLHandler is idemkey-pg-sql's: the store through database/sql, on
+// pgx's driver with the same tracer and as many connections, each dialled
+// before serving.
+func pgSQLHandler(a *app, url string, poolSize int, trips *pgtest.Trips) (http.Handler, func(), error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.Tracer = trips
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(poolSize)
+	db.SetMaxIdleConns(poolSize)
+	ctx := context.Background()
+	conns := make([]*sql.Conn, 0, poolSize)
+	for range poolSize {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			db.Close()
+			return nil, nil, err
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	st, err := postgres.NewDB(ctx, db, postgres.WithSweepInterval(0), postgres.WithCallTimeout(time.Second))
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	closeFn := func() { st.Close(); db.Close() }
+	mw, err := middleware.New(st)
+	if err != nil {
+		closeFn()
+		return nil, nil, err
+	}
+	return mw.Required()(&pgApp{a: a, mode: requestSQLTx}), closeFn, nil
 }
