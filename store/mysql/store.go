@@ -17,6 +17,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkey/idemkey/internal/option"
+	"github.com/idemkey/idemkey/internal/sweep"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -132,7 +133,7 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
 			"max_open_conns", n, "call_timeout", cfg.callTimeout)
 	}
 	if cfg.sweepInterval > 0 {
-		go s.sweepEvery(cfg.sweepInterval)
+		go sweep.Every(cfg.sweepInterval, s.stop, s.sweepDone, s.Sweep, "idemkey: mysql: sweeping expired rows failed", "table", s.name)
 	} else {
 		close(s.sweepDone)
 	}
@@ -736,34 +737,6 @@ func (s *Store) sweepBatchOnce(ctx context.Context) (int64, int, error) {
 		return 0, 0, err
 	}
 	return n, len(keys), tx.Commit()
-}
-
-// sweepEvery runs Sweep every interval until Close, each bounded by the
-// interval. A failed sweep is logged with log/slog's default logger at
-// Warn level and tried again at the next tick.
-func (s *Store) sweepEvery(interval time.Duration) {
-	defer close(s.sweepDone)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), interval)
-		go func() {
-			select {
-			case <-s.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		if _, err := s.Sweep(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			slog.Warn("idemkey: mysql: sweeping expired rows failed", "table", s.name, "error", err)
-		}
-		cancel()
-	}
 }
 
 // unavailable wraps a backend failure so that errors.Is finds both

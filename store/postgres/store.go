@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkey/idemkey/internal/option"
+	"github.com/idemkey/idemkey/internal/sweep"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -180,7 +181,7 @@ func open(ctx context.Context, d db, opts []Option) (*Store, error) {
 // start starts the background sweeper, unless WithSweepInterval(0).
 func (s *Store) start() {
 	if s.sweepInterval > 0 {
-		go s.sweepEvery(s.sweepInterval)
+		go sweep.Every(s.sweepInterval, s.stop, s.sweepDone, s.Sweep, "idemkey: postgres: sweeping expired rows failed", "table", s.table)
 	} else {
 		close(s.sweepDone)
 	}
@@ -567,34 +568,6 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 		if n < int64(s.sweepBatch) {
 			return total, nil
 		}
-	}
-}
-
-// sweepEvery runs Sweep every interval until Close, each bounded by the
-// interval. A failed sweep is logged with log/slog's default logger at
-// Warn level and tried again at the next tick.
-func (s *Store) sweepEvery(interval time.Duration) {
-	defer close(s.sweepDone)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), interval)
-		go func() {
-			select {
-			case <-s.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		if _, err := s.Sweep(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			slog.Warn("idemkey: postgres: sweeping expired rows failed", "table", s.table, "error", err)
-		}
-		cancel()
 	}
 }
 

@@ -378,35 +378,10 @@ func myHandler(sc string, a *app, rawURL string, poolSize int) (http.Handler, fu
 // reportMySQL prints the MySQL scenarios' table and targets, reports
 // whether a check failed, and returns the targets measured.
 func reportMySQL(w io.Writer, version string, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg) (bool, []ratioBar) {
-	fmt.Fprintf(w, "MySQL (%s): the handler inserts one row; DB round trips are the server's statements (Questions + Com_stmt_prepare), DB CPU the server process's\n\n", version)
-	fmt.Fprintln(w, "| conns | keys | scenario | req/s | x my-bare | x my-typical | p50 ms | p99 ms | server us/req | DB round trips/req | DB CPU us/req | checks |")
-	fmt.Fprintln(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-	failed := false
-	for _, conns := range connsList {
-		for _, ph := range phases {
-			bare := results[cellKey{scMyBare, conns, ph}]
-			typ := results[cellKey{scMyTypical, conns, ph}]
-			for _, sc := range scs {
-				c := results[cellKey{sc, conns, ph}]
-				check := "ok"
-				if c.errors > 0 {
-					failed = true
-					check = fmt.Sprintf("FAILED (%d): %v", c.errors, c.firstErr)
-				}
-				fmt.Fprintf(w, "| %d | %s | %s | %.0f | %s | %s | %.2f | %.2f | %.1f | %.2f | %.1f | %s |\n",
-					conns, ph, sc, c.rate(), ratio(c, bare), ratio(c, typ),
-					ms(c.hist.quantile(0.5)), ms(c.hist.quantile(0.99)),
-					c.per(float64(c.serverCPU.Microseconds())),
-					c.per(float64(c.pgTrips)), c.per(float64(c.pgCPU.Microseconds())), check)
-			}
-		}
-	}
-	ts := []target{
+	fmt.Fprintf(w, "MySQL (%s): the handler inserts one row; DB round trips are the server's statements (Questions + Com_stmt_prepare), DB CPU the server process's\n", version)
+	return reportSQL(w, scMyBare, scMyTypical, scs, connsList, phases, results, []target{
 		{"idemkey-my-tx / my-typical", scMyTx, scMyTypical, fresh, 1.2},
 		{"idemkey-my-tx / my-typical", scMyTx, scMyTypical, replay, 1.5},
 		{"idemkey-my-tx / my-bare", scMyTx, scMyBare, fresh, 0.75},
-	}
-	bars := measure(ts, scs, connsList, phases, results)
-	printTargets(w, 28, bars)
-	return failed, bars
+	})
 }

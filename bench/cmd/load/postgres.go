@@ -383,14 +383,27 @@ func postgresVersion(url string) string {
 // reports whether a check failed, and returns the targets measured.
 func reportPostgres(w io.Writer, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg) (bool, []ratioBar) {
 	fmt.Fprintln(w, "PostgreSQL: the handler inserts one row; DB round trips counted by the server process, DB CPU is the cluster's")
+	return reportSQL(w, scPgBare, scPgTypical, scs, connsList, phases, results, []target{
+		{"idemkey-pg-tx / pg-typical", scPgTx, scPgTypical, fresh, 1.2},
+		{"idemkey-pg-tx / pg-typical", scPgTx, scPgTypical, replay, 1.5},
+		{"idemkey-pg-tx / pg-bare", scPgTx, scPgBare, fresh, 0.75},
+		{"idemkey-pg-sql / pg-typical", scPgSQL, scPgTypical, fresh, 1.2},
+		{"idemkey-pg-sql / pg-typical", scPgSQL, scPgTypical, replay, 1.5},
+	})
+}
+
+// reportSQL prints the table of a database's scenarios, as ratios to its
+// bare and typical ones, and the targets ts; it reports whether a check
+// failed, and returns the targets measured.
+func reportSQL(w io.Writer, bareSc, typicalSc string, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg, ts []target) (bool, []ratioBar) {
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| conns | keys | scenario | req/s | x pg-bare | x pg-typical | p50 ms | p99 ms | server us/req | DB round trips/req | DB CPU us/req | checks |")
+	fmt.Fprintf(w, "| conns | keys | scenario | req/s | x %s | x %s | p50 ms | p99 ms | server us/req | DB round trips/req | DB CPU us/req | checks |\n", bareSc, typicalSc)
 	fmt.Fprintln(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	failed := false
 	for _, conns := range connsList {
 		for _, ph := range phases {
-			bare := results[cellKey{scPgBare, conns, ph}]
-			typ := results[cellKey{scPgTypical, conns, ph}]
+			bare := results[cellKey{bareSc, conns, ph}]
+			typ := results[cellKey{typicalSc, conns, ph}]
 			for _, sc := range scs {
 				c := results[cellKey{sc, conns, ph}]
 				check := "ok"
@@ -405,13 +418,6 @@ func reportPostgres(w io.Writer, scs []string, connsList []int, phases []phase, 
 					c.per(float64(c.pgTrips)), c.per(float64(c.pgCPU.Microseconds())), check)
 			}
 		}
-	}
-	ts := []target{
-		{"idemkey-pg-tx / pg-typical", scPgTx, scPgTypical, fresh, 1.2},
-		{"idemkey-pg-tx / pg-typical", scPgTx, scPgTypical, replay, 1.5},
-		{"idemkey-pg-tx / pg-bare", scPgTx, scPgBare, fresh, 0.75},
-		{"idemkey-pg-sql / pg-typical", scPgSQL, scPgTypical, fresh, 1.2},
-		{"idemkey-pg-sql / pg-typical", scPgSQL, scPgTypical, replay, 1.5},
 	}
 	bars := measure(ts, scs, connsList, phases, results)
 	printTargets(w, 28, bars)
