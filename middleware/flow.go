@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/keyctx"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -112,6 +113,8 @@ type attempt struct {
 	key    idemkey.Key
 	claim  store.Claim
 	start  time.Time // when the claim was made
+	// keyCtx carries key in the handler's context.
+	keyCtx keyContext
 
 	// keyless: a request without a key run in a transaction of its own
 	// (runKeyless): nothing is claimed or kept, and only failures are
@@ -289,12 +292,13 @@ func (a *attempt) run() {
 	defer a.own.done()
 
 	cw, w := newCapture(a.w, m.cfg.maxResponseBody, m.cfg.keepHeader, a)
-	ctx, cancel := context.WithDeadline(a.r.Context(), a.start.Add(a.h.route.Deadline))
+	ctx, cancel := a.handlerContext()
 	defer cancel()
 	r := a.r
 	if !a.keyless {
 		m.setRequestID(a.w, a.r, &cw.request)
-		ctx = idemkey.NewContext(ctx, a.key)
+		a.keyCtx = keyContext{Context: ctx, key: &a.key}
+		ctx = &a.keyCtx
 		cw.in.Reset(a.body)
 		r = r.WithContext(a.own.NewContext(ctx))
 		r.Body, r.GetBody = &cw.in, nil
@@ -334,6 +338,36 @@ func (a *attempt) run() {
 		}
 	}
 	cw.finish()
+}
+
+// handlerContext returns the context the handler runs under: the
+// request's, bounded by the route's deadline from the claim. A request
+// whose context already ends by then keeps its own (with its own, earlier
+// deadline): a context of the route's deadline would add a timer that
+// could never fire first.
+func (a *attempt) handlerContext() (context.Context, context.CancelFunc) {
+	ctx := a.r.Context()
+	deadline := a.start.Add(a.h.route.Deadline)
+	if d, ok := ctx.Deadline(); ok && !d.After(deadline) {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, deadline)
+}
+
+// keyContext is the context that carries the request's key to the handler
+// (idemkey.FromContext), as idemkey.NewContext does, kept in the attempt
+// so that it costs no allocation of its own. Everything else it asks of
+// its parent.
+type keyContext struct {
+	context.Context
+	key *idemkey.Key
+}
+
+func (c *keyContext) Value(k any) any {
+	if k == (keyctx.Key{}) {
+		return c.key
+	}
+	return c.Context.Value(k)
 }
 
 // streaming is called by the capture before a response starts to go out
