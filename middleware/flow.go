@@ -413,7 +413,9 @@ func (a *attempt) keep(rec *store.Record) bool {
 		if m.cache != nil && !a.keyless {
 			m.cache.put(a.skey, rec, m.cfg.retention)
 		}
-		ev.Size = recordSize(rec)
+		if m.observed() {
+			ev.Size = recordSize(rec)
+		}
 	case isNotOwner(err):
 		ev.Kind, ev.Err = EventOwnershipLost, err
 	default:
@@ -513,8 +515,12 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, ev Event, p 
 	m.cfg.errorWriter(w, r, p)
 }
 
+// observed reports whether any observer receives events: what only an
+// event reports (a record's size) is not worked out for nobody.
+func (m *Middleware) observed() bool { return len(m.cfg.observers) > 0 }
+
 func (m *Middleware) emit(r *http.Request, e Event) {
-	if len(m.cfg.observers) == 0 {
+	if !m.observed() {
 		return
 	}
 	e.Route = r.Pattern

@@ -48,8 +48,10 @@ func (m *Middleware) completed(w http.ResponseWriter, r *http.Request, rec *stor
 
 // replay writes a kept response, under the repeat's own request id.
 func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, rec *store.Record, ev Event) {
-	ev.Kind, ev.Status, ev.Size = EventReplay, rec.Status, recordSize(rec)
-	m.emit(r, ev)
+	if m.observed() {
+		ev.Kind, ev.Status, ev.Size = EventReplay, rec.Status, recordSize(rec)
+		m.emit(r, ev)
+	}
 	// The repeat's own id, read before the kept headers are copied in.
 	id := m.requestID(w, r)
 	h := w.Header()
