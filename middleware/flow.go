@@ -2,7 +2,6 @@ package middleware
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"net/http"
 	"time"
@@ -69,9 +68,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	a := &attempt{h: h, w: w, r: r, body: body, skey: skey, digest: digest,
+	token, id := newToken(m.needsNewRequestID(w, r))
+	a := &attempt{h: h, w: w, r: r, body: body, skey: skey, digest: digest, id: id,
 		key:   idemkey.Key{Scope: sc, Value: key},
-		claim: store.Claim{Token: rand.Text(), Fingerprint: m.cfg.fingerprint(r, body), TTL: h.route.Deadline + ClaimMargin},
+		claim: store.Claim{Token: token, Fingerprint: m.cfg.fingerprint(r, body), TTL: h.route.Deadline + ClaimMargin},
 	}
 	a.decide(a.claimKey())
 }
@@ -112,6 +112,7 @@ type attempt struct {
 	digest string
 	key    idemkey.Key
 	claim  store.Claim
+	id     string    // a new request id, made with the owner token, or ""
 	start  time.Time // when the claim was made
 	// keyCtx carries key in the handler's context.
 	keyCtx keyContext
@@ -212,7 +213,7 @@ func (a *attempt) decide(o claimOutcome) {
 		if m.cache != nil {
 			m.cache.put(a.skey, res.Record, m.cfg.retention)
 		}
-		m.completed(a.w, a.r, res.Record, a.claim.Fingerprint, ev)
+		m.completed(a.w, a.r, res.Record, a.claim.Fingerprint, ev, a.id)
 	case store.InFlight:
 		if res.Fingerprint != a.claim.Fingerprint {
 			ev.Kind = EventKeyReused
@@ -296,7 +297,7 @@ func (a *attempt) run() {
 	defer cancel()
 	r := a.r
 	if !a.keyless {
-		m.setRequestID(a.w, a.r, &cw.request)
+		m.setRequestID(a.w, a.r, &cw.request, a.id)
 		a.keyCtx = keyContext{Context: ctx, key: &a.key}
 		ctx = &a.keyCtx
 		cw.in.Reset(a.body)
@@ -511,7 +512,7 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, ev Event, p 
 		}
 		m.emit(r, ev)
 	}
-	m.setRequestID(w, r, nil)
+	m.setRequestID(w, r, nil, "")
 	m.cfg.errorWriter(w, r, p)
 }
 
