@@ -1,0 +1,33 @@
+package middleware
+
+import (
+	"net/http"
+	"reflect"
+	"strconv"
+	"testing"
+)
+
+// keptHeader keeps what keep accepts and the Connection header does not
+// name, with values copied, for a few headers and for more than it notes
+// on the stack.
+func TestKeptHeader(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 8, 9, 20} {
+		h := http.Header{"Connection": {"X-Hop-1, x-hop-2"}, "X-Hop-1": {"a"}, "X-Hop-2": {"b"}, "Date": {"today"}}
+		want := http.Header{}
+		for i := range n {
+			k := "X-Kept-" + strconv.Itoa(i)
+			h[k] = []string{"v" + strconv.Itoa(i), "w"}
+			want[k] = []string{"v" + strconv.Itoa(i), "w"}
+		}
+		got := keptHeader(h, func(k string) bool { return k != "Connection" && DefaultKeepHeader(k) })
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%d headers: kept %v, want %v", n, got, want)
+		}
+		for _, v := range h {
+			v[0] = "changed"
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%d headers: a change to the response's headers reached the kept ones: %v", n, got)
+		}
+	}
+}
