@@ -163,7 +163,7 @@ func (a *attempt) emit(ev Event) {
 func (a *attempt) decide(o claimOutcome) {
 	m := a.h.m
 	ev := a.event(0)
-	ev.StoreLatency = time.Since(a.start)
+	ev.StoreLatency = m.since(a.start)
 	if o.err != nil {
 		ev.Kind, ev.Err = EventStoreError, o.err
 		if errors.Is(o.err, store.ErrFull) {
@@ -398,17 +398,17 @@ func (a *attempt) streaming(cw *capture) bool {
 func (a *attempt) keep(rec *store.Record) bool {
 	m := a.h.m
 	rec.Fingerprint = a.claim.Fingerprint
-	rec.CreatedAt, rec.CompletedAt = a.start, time.Now()
 	ctx, cancel := m.detached(a.r)
 	defer cancel()
 	t := time.Now()
+	rec.CreatedAt, rec.CompletedAt = a.start, t
 	err := a.own.Commit(ctx, rec, m.cfg.retention)
 	if err == nil || isNotOwner(err) || a.own.atomic() {
 		// Kept, not ours to keep, or (in a transaction) over either way.
 		a.ended = true
 	}
 	ev := a.event(EventKept)
-	ev.Status, ev.StoreLatency = rec.Status, time.Since(t)
+	ev.Status, ev.StoreLatency = rec.Status, m.since(t)
 	switch {
 	case err == nil:
 		if m.cache != nil && !a.keyless {
@@ -436,7 +436,7 @@ func (a *attempt) release(status int) {
 	err := a.own.Rollback(ctx)
 	a.ended = true
 	ev := a.event(EventReleased)
-	ev.Status, ev.StoreLatency = status, time.Since(t)
+	ev.Status, ev.StoreLatency = status, m.since(t)
 	switch {
 	case isNotOwner(err):
 		ev.Kind, ev.Err = EventOwnershipLost, err
@@ -517,8 +517,18 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, ev Event, p 
 }
 
 // observed reports whether any observer receives events: what only an
-// event reports (a record's size) is not worked out for nobody.
+// event reports (a record's size, a store call's latency) is not worked
+// out for nobody.
 func (m *Middleware) observed() bool { return len(m.cfg.observers) > 0 }
+
+// since is time.Since(t) for an event's StoreLatency: 0 when no observer
+// will read it, which spares reading the clock.
+func (m *Middleware) since(t time.Time) time.Duration {
+	if !m.observed() {
+		return 0
+	}
+	return time.Since(t)
+}
 
 func (m *Middleware) emit(r *http.Request, e Event) {
 	if !m.observed() {
