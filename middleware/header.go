@@ -93,6 +93,15 @@ func keptHeader(h http.Header, keep func(string) bool) http.Header {
 	return out
 }
 
+// headerValue is h.Get(name) for a name already in canonical form: the map
+// read directly, without canonicalising the name on every call.
+func headerValue(h http.Header, name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strconv"
 	"testing"
+
+	"github.com/idemkey/idemkey"
 )
 
 // keptHeader keeps what keep accepts and the Connection header does not
@@ -28,6 +30,21 @@ func TestKeptHeader(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%d headers: a change to the response's headers reached the kept ones: %v", n, got)
+		}
+	}
+}
+
+// headerValue reads the map directly, which Header.Get does only for names
+// already canonical: the names it is given must be.
+func TestHeaderValueNamesAreCanonical(t *testing.T) {
+	for _, name := range []string{idemkey.HeaderRequestID, "Content-Length", "Transfer-Encoding"} {
+		if c := http.CanonicalHeaderKey(name); c != name {
+			t.Errorf("%q is not canonical (%q)", name, c)
+		}
+		h := http.Header{}
+		h.Add(name, "v")
+		if headerValue(h, name) != h.Get(name) || headerValue(http.Header{}, name) != "" {
+			t.Errorf("headerValue(%q) differs from Header.Get", name)
 		}
 	}
 }

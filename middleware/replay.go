@@ -132,7 +132,7 @@ func (m *Middleware) requestID(w http.ResponseWriter, r *http.Request, fresh str
 	if v := w.Header()[idemkey.HeaderRequestID]; len(v) > 0 && v[0] != "" {
 		return v[0]
 	}
-	if id := r.Header.Get(idemkey.HeaderRequestID); saneRequestID(id) {
+	if id := headerValue(r.Header, idemkey.HeaderRequestID); saneRequestID(id) {
 		return id
 	}
 	if m.cfg.noNewRequestID {
@@ -150,7 +150,7 @@ func (m *Middleware) needsNewRequestID(w http.ResponseWriter, r *http.Request) b
 	if v := w.Header()[idemkey.HeaderRequestID]; len(v) > 0 && v[0] != "" {
 		return false
 	}
-	return !m.cfg.noNewRequestID && !saneRequestID(r.Header.Get(idemkey.HeaderRequestID))
+	return !m.cfg.noNewRequestID && !saneRequestID(headerValue(r.Header, idemkey.HeaderRequestID))
 }
 
 func saneRequestID(id string) bool {
