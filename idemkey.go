@@ -26,6 +26,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+
+	"github.com/idemkey/idemkey/internal/keyctx"
 )
 
 // Key is the idempotency key of an incoming request and the scope (the
@@ -38,17 +40,24 @@ type Key struct {
 	Value string
 }
 
-type contextKey struct{}
-
 // NewContext returns a copy of ctx that carries k.
 func NewContext(ctx context.Context, k Key) context.Context {
-	return context.WithValue(ctx, contextKey{}, k)
+	return context.WithValue(ctx, keyctx.Key{}, k)
 }
 
 // FromContext returns the key carried by ctx, and whether there was one.
 func FromContext(ctx context.Context) (Key, bool) {
-	k, ok := ctx.Value(contextKey{}).(Key)
-	return k, ok
+	switch k := ctx.Value(keyctx.Key{}).(type) {
+	case Key:
+		return k, true
+	case *Key:
+		// The middleware's own context carries a pointer to the key it
+		// keeps for the request, which never changes.
+		if k != nil {
+			return *k, true
+		}
+	}
+	return Key{}, false
 }
 
 // Derive returns the key to send on an outbound call named name, made while

@@ -225,8 +225,12 @@ func readRequest(r *http.Request, fields Field) request {
 		q.query = r.URL.RawQuery
 	}
 	if fields&(MediaType|Body) != 0 {
-		q.contentType = r.Header.Get("Content-Type")
-		q.contentEncoding = r.Header.Values("Content-Encoding")
+		// Header.Get and Header.Values, for names already canonical: the
+		// map read directly, without canonicalising the name each time.
+		if v := r.Header["Content-Type"]; len(v) > 0 {
+			q.contentType = v[0]
+		}
+		q.contentEncoding = r.Header["Content-Encoding"]
 	}
 	return q
 }

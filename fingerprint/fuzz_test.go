@@ -60,8 +60,13 @@ func FuzzCanonicalJSON(f *testing.F) {
 		f.Add([]byte(s), uint64(1))
 	}
 	f.Fuzz(func(t *testing.T, src []byte, seed uint64) {
+		orig := bytes.Clone(src)
 		out, err := CanonicalJSON(nil, src)
 		again, err2 := CanonicalJSON([]byte("x"), src)
+		if !bytes.Equal(src, orig) {
+			// The first pass reads a canonical text in place.
+			t.Fatalf("CanonicalJSON changed its input %q to %q", orig, src)
+		}
 		if (err == nil) != (err2 == nil) || err == nil && string(again[1:]) != string(out) {
 			t.Fatalf("not deterministic: %q, %v then %q, %v", out, err, again, err2)
 		}

@@ -77,21 +77,29 @@ func CanonicalJSON(dst, src []byte) ([]byte, error) {
 // from call to call through the scratch pool.
 //
 // The first pass validates src and writes its canonical form with object
-// members still in their original order into out. For every object it
-// records the members' spans in out and their folded names; an object whose
-// members are already in order needs nothing more. A small object with no
-// object inside it that is out of order has its members rewritten in sorted
-// order where they stand, as soon as it closes. If any other object is out
-// of order, a second pass (emit) copies out into the final buffer, writing
-// the members of those objects in sorted order. Each byte is copied at most
-// four times whatever the nesting (once by the first pass, twice when its
-// innermost object is rewritten, once by emit), so the work stays linear in
-// the input.
+// members still in their original order into out. Bytes that the canonical
+// form keeps as they are are not copied one token at a time: out is
+// followed by the pending run src[run:pos], which is copied (flush) only
+// where the canonical form departs from the input (whitespace, an escape
+// written another way) or where out is needed whole (an object rewritten,
+// the second pass). A text already canonical is never copied at all. Spans
+// "in out" are positions in the canonical form: out and the pending run.
+//
+// For every object the first pass records the members' spans in out and
+// their folded names; an object whose members are already in order needs
+// nothing more. A small object with no object inside it that is out of
+// order has its members rewritten in sorted order where they stand, as
+// soon as it closes. If any other object is out of order, a second pass
+// (emit) copies out into the final buffer, writing the members of those
+// objects in sorted order. Each byte is copied at most four times whatever
+// the nesting (once by the first pass, twice when its innermost object is
+// rewritten, once by emit), so the work stays linear in the input.
 type canonJSON struct {
 	src   []byte
 	pos   int
 	depth int
 	out   []byte
+	run   int // start in src of the bytes after out that are canonical as they are
 	// mem holds the members of the objects being read, innermost last; fold
 	// holds their folded names.
 	mem  []member
@@ -168,6 +176,7 @@ func (c *canonJSON) reset(src []byte) {
 		c.out = make([]byte, 0, len(src))
 	}
 	c.out = c.out[:0]
+	c.run = 0
 	c.mem = c.mem[:0]
 	c.fold = c.fold[:0]
 	c.objs = c.objs[:0]
@@ -176,9 +185,10 @@ func (c *canonJSON) reset(src []byte) {
 	c.opened = 0
 }
 
-// canonicalise runs the first pass. The returned slice is c.out, canonical
-// except for the order of members in objects that need reordering
-// (c.reorder).
+// canonicalise runs the first pass. The returned slice is canonical except
+// for the order of members in objects that need reordering (c.reorder),
+// and is c.out then. Otherwise it may be src itself, when src is canonical
+// as it is: it must not be written to.
 func (c *canonJSON) canonicalise(src []byte) ([]byte, error) {
 	c.reset(src)
 	c.skipSpace()
@@ -189,8 +199,23 @@ func (c *canonJSON) canonicalise(src []byte) ([]byte, error) {
 	if c.pos != len(c.src) {
 		return nil, ErrInvalidJSON
 	}
+	if len(c.out) == 0 && c.run == 0 && !c.reorder {
+		c.src = nil
+		return src, nil
+	}
+	c.flush()
 	c.src = nil
 	return c.out, nil
+}
+
+// outLen is the length of the canonical form so far: out, and the pending
+// run after it.
+func (c *canonJSON) outLen() int { return len(c.out) + c.pos - c.run }
+
+// flush copies the pending run to out.
+func (c *canonJSON) flush() {
+	c.out = append(c.out, c.src[c.run:c.pos]...)
+	c.run = c.pos
 }
 
 // emit appends out[start:end] to dst, writing the members of every object
@@ -241,17 +266,25 @@ func (c *canonJSON) put(dst, p []byte) []byte {
 
 func (c *canonJSON) skipSpace() {
 	// Most JSON has no space between tokens: one test finds none.
-	if c.pos < len(c.src) && c.src[c.pos] > ' ' {
+	if c.pos >= len(c.src) || c.src[c.pos] > ' ' {
 		return
 	}
+	c.skipSpaceSlow()
+}
+
+// skipSpaceSlow drops the whitespace at c.pos from the canonical form.
+func (c *canonJSON) skipSpaceSlow() {
+	c.flush()
 	for c.pos < len(c.src) {
 		switch c.src[c.pos] {
 		case ' ', '\t', '\n', '\r':
 			c.pos++
 		default:
+			c.run = c.pos
 			return
 		}
 	}
+	c.run = c.pos
 }
 
 func (c *canonJSON) value() error {
@@ -296,7 +329,6 @@ func (c *canonJSON) literal(lit string) error {
 	if len(c.src)-c.pos < len(lit) || string(c.src[c.pos:c.pos+len(lit)]) != lit {
 		return ErrInvalidJSON
 	}
-	c.out = append(c.out, lit...)
 	c.pos += len(lit)
 	return nil
 }
@@ -340,7 +372,6 @@ func (c *canonJSON) number() error {
 		for i++; i < len(src) && isDigit(src[i]); i++ {
 		}
 	}
-	c.out = append(c.out, src[c.pos:i]...)
 	c.pos = i
 	return nil
 }
@@ -349,11 +380,9 @@ func (c *canonJSON) array() error {
 	if c.depth++; c.depth > MaxDepth {
 		return ErrTooDeep
 	}
-	c.out = append(c.out, '[')
 	c.pos++
 	c.skipSpace()
 	if c.pos < len(c.src) && c.src[c.pos] == ']' {
-		c.out = append(c.out, ']')
 		c.pos++
 		c.depth--
 		return nil
@@ -368,11 +397,9 @@ func (c *canonJSON) array() error {
 		}
 		switch c.src[c.pos] {
 		case ',':
-			c.out = append(c.out, ',')
 			c.pos++
 			c.skipSpace()
 		case ']':
-			c.out = append(c.out, ']')
 			c.pos++
 			c.depth--
 			return nil
@@ -390,11 +417,10 @@ func (c *canonJSON) object() error {
 	// The fields are stored one by one: a struct built whole and copied in
 	// is read back in wider words than it was written, which stalls.
 	c.objs = append(c.objs, object{})
-	c.objs[idx].start = len(c.out)
+	c.objs[idx].start = c.outLen()
 	c.objs[idx].first = -1
 	c.opened++
 	opened := c.opened
-	c.out = append(c.out, '{')
 	c.pos++
 	memBase, foldBase := len(c.mem), len(c.fold)
 	c.skipSpace()
@@ -405,7 +431,7 @@ func (c *canonJSON) object() error {
 			if c.pos >= len(c.src) || c.src[c.pos] != '"' {
 				return ErrInvalidJSON
 			}
-			start, foldStart, obj := len(c.out), len(c.fold), len(c.objs)
+			start, foldStart, obj := c.outLen(), len(c.fold), len(c.objs)
 			key, err := c.name()
 			if err != nil {
 				return err
@@ -415,7 +441,6 @@ func (c *canonJSON) object() error {
 			if c.pos >= len(c.src) || c.src[c.pos] != ':' {
 				return ErrInvalidJSON
 			}
-			c.out = append(c.out, ':')
 			c.pos++
 			c.skipSpace()
 			if err := c.memberValue(); err != nil {
@@ -423,7 +448,7 @@ func (c *canonJSON) object() error {
 			}
 			c.mem = append(c.mem, member{})
 			m := &c.mem[len(c.mem)-1]
-			m.start, m.end = start, len(c.out)
+			m.start, m.end = start, c.outLen()
 			m.foldStart, m.foldEnd = foldStart, foldEnd
 			m.obj, m.key = obj, key
 			c.skipSpace()
@@ -437,16 +462,14 @@ func (c *canonJSON) object() error {
 			if c.src[c.pos] != ',' {
 				return ErrInvalidJSON
 			}
-			c.out = append(c.out, ',')
 			c.pos++
 			c.skipSpace()
 		}
 	}
-	c.out = append(c.out, '}')
 	c.depth--
 
 	o := &c.objs[idx]
-	o.end = len(c.out)
+	o.end = c.outLen()
 	o.next = len(c.objs)
 	ms := c.mem[memBase:]
 	inOrder := c.inOrder(ms)
@@ -481,8 +504,25 @@ func (c *canonJSON) object() error {
 const maxRewrite = 4 << 10
 
 // rewrite writes the members ms of the object out[start:end], which holds
-// no object, in the order of ms.
+// no object and ends the canonical form so far, in the order of ms.
 func (c *canonJSON) rewrite(start, end int, ms []member) {
+	if len(c.out) <= start {
+		// Nothing of the object has been copied to out: its bytes are
+		// src's, and go to out in their new order straight from there.
+		at := c.run - len(c.out) // where in src a position in out is
+		c.out = append(c.out, c.src[c.run:start+at+1]...)
+		for k := range ms {
+			m := &ms[k]
+			if k > 0 {
+				c.out = append(c.out, ',')
+			}
+			c.out = append(c.out, c.src[m.start+at:m.end+at]...)
+		}
+		c.out = append(c.out, '}')
+		c.run = c.pos
+		return
+	}
+	c.flush()
 	c.tmp = append(c.tmp[:0], c.out[start:end]...)
 	w := start + 1
 	for k := range ms {

@@ -248,6 +248,7 @@ func TestNameFastPath(t *testing.T) {
 			t.Fatalf("%q: %v", src, err)
 		}
 		wantFold := appendFoldedName(nil, []byte(name))
+		c.flush() // what is still in the pending run
 		if got := string(c.out); got != `prefix"`+name+`"` {
 			t.Fatalf("%q: wrote %q", src, got)
 		}

@@ -12,26 +12,20 @@ import (
 // decoder matches names, to order an object's members (see CanonicalJSON).
 
 // name reads the name of an object member at c.pos, writes its canonical
-// form to out and its folded form to fold, and returns the folded form's
-// foldKey.
+// form (left in the pending run when the name is canonical as it is) and
+// its folded form to fold, and returns the folded form's foldKey.
 func (c *canonJSON) name() (uint64, error) {
 	src := c.src
 	if p := c.pos; p+16 <= len(src) {
 		// The commonest name, up to seven bytes of printable ASCII without
-		// '_' or '-', is read, written and folded as one word: w holds the
-		// eight bytes after the opening quote.
+		// '_' or '-', is read and folded as one word: w holds the eight
+		// bytes after the opening quote.
 		w := binary.LittleEndian.Uint64(src[p+1:])
-		if m := special(w) | w&hi8; m != 0 && len(c.out)+16 <= cap(c.out) {
+		if m := special(w) | w&hi8; m != 0 {
 			n := firstFlagged(m)
 			keep := uint64(1)<<(8*n) - 1 // the name's bytes of w
 			if src[p+1+n] == '"' && dashes(w)&keep == 0 {
-				// Two words are stored whole past the end of out (which
-				// has room for them), and one past the end of fold.
-				o := len(c.out)
-				out := c.out[:o+16]
-				binary.LittleEndian.PutUint64(out[o:], binary.LittleEndian.Uint64(src[p:]))
-				binary.LittleEndian.PutUint64(out[o+8:], binary.LittleEndian.Uint64(src[p+8:]))
-				c.out = out[:o+n+2]
+				// One word is stored whole past the end of fold.
 				c.pos = p + n + 2
 				// Folding drops nothing here: it upper-cases letters. The
 				// key is the folded name read big-endian, zero-padded.
@@ -49,17 +43,19 @@ func (c *canonJSON) name() (uint64, error) {
 		i++
 	}
 	if i >= len(src) || src[i] != '"' {
-		// An escape, a byte that is not ASCII, or an error.
+		// An escape, a byte that is not ASCII, or an error: folded from
+		// its canonical form, copied to out.
+		c.flush()
 		start, foldStart := len(c.out), len(c.fold)
 		if err := c.str(); err != nil {
 			return 0, err
 		}
+		c.flush()
 		c.fold = appendFoldedName(c.fold, c.out[start+1:len(c.out)-1])
 		return foldKey(c.fold[foldStart:]), nil
 	}
 	// Printable ASCII only: the name is its own canonical form.
 	name := src[c.pos+1 : i]
-	c.out = append(c.out, src[c.pos:i+1]...)
 	c.pos = i + 1
 	fold := slices.Grow(c.fold, len(name))
 	j0 := len(fold)

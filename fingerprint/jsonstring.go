@@ -41,12 +41,11 @@ func special(w uint64) uint64 {
 // set bit of m, which is not zero.
 func firstFlagged(m uint64) int { return bits.TrailingZeros64(m) >> 3 }
 
-// str reads a string at c.pos and writes its canonical form.
+// str reads a string at c.pos and writes its canonical form: its bytes
+// stay in the pending run up to an escape written another way.
 func (c *canonJSON) str() error {
 	src := c.src
 	i := c.pos + 1
-	c.out = append(c.out, '"')
-	run := i
 	for {
 		// Eight bytes at a time to the first special one, then one by one
 		// near the end.
@@ -60,24 +59,21 @@ func (c *canonJSON) str() error {
 		for i < len(src) && plain[src[i]] {
 			i++
 		}
-		c.out = append(c.out, src[run:i]...)
 		if i >= len(src) {
 			c.pos = i
 			return ErrInvalidJSON
 		}
 		switch src[i] {
 		case '"':
-			c.out = append(c.out, '"')
 			c.pos = i + 1
 			return nil
 		case '\\':
+			c.pos = i
 			n, err := c.escape(src[i:])
 			if err != nil {
-				c.pos = i
 				return err
 			}
 			i += n
-			run = i
 		default: // a control character
 			c.pos = i
 			return ErrInvalidJSON
@@ -86,35 +82,42 @@ func (c *canonJSON) str() error {
 }
 
 // escape writes the canonical form of the escape sequence at the start of
-// s and returns its length.
+// s, which is src[c.pos:], and returns its length. An escape the canonical
+// form keeps as it is stays in the pending run; any other ends the run
+// before it, and the run starts again after it.
 func (c *canonJSON) escape(s []byte) (int, error) {
 	if len(s) < 2 {
 		return 0, ErrInvalidJSON
 	}
 	switch s[1] {
 	case '"', '\\', 'b', 'f', 'n', 'r', 't':
-		c.out = append(c.out, s[:2]...)
 		return 2, nil
 	case '/':
+		c.flush()
 		c.out = append(c.out, '/')
+		c.run = c.pos + 2
 		return 2, nil
 	case 'u':
 		r, ok := hex4(s)
 		if !ok {
 			return 0, ErrInvalidJSON
 		}
+		c.flush()
 		if !isSurrogate(r) {
 			c.out = appendCanonicalRune(c.out, r)
+			c.run = c.pos + 6
 			return 6, nil
 		}
 		if r < 0xdc00 { // a high surrogate: is a low one next?
 			if r2, ok := hex4(s[6:]); ok && 0xdc00 <= r2 && r2 <= 0xdfff {
 				c.out = utf8.AppendRune(c.out, 0x10000+(r-0xd800)<<10+(r2-0xdc00))
+				c.run = c.pos + 12
 				return 12, nil
 			}
 		}
 		c.out = append(c.out, '\\', 'u',
 			hexDigits[r>>12], hexDigits[r>>8&0xf], hexDigits[r>>4&0xf], hexDigits[r&0xf])
+		c.run = c.pos + 6
 		return 6, nil
 	}
 	return 0, ErrInvalidJSON

@@ -144,7 +144,7 @@ func (c *capture) startStream() error {
 func (c *capture) send(whole bool) error {
 	c.streaming = true
 	h := c.w.Header()
-	if whole && bodyAllowed(c.status) && h.Get("Content-Length") == "" && h.Get("Transfer-Encoding") == "" && !hasTrailers(h) {
+	if whole && bodyAllowed(c.status) && headerValue(h, "Content-Length") == "" && headerValue(h, "Transfer-Encoding") == "" && !hasTrailers(h) {
 		// Say how long the body is rather than chunk it, as net/http does
 		// for a handler that returns after one write: not when trailers
 		// are declared, which need a chunked body. (h.Set, without

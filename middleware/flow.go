@@ -2,12 +2,12 @@ package middleware
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"net/http"
 	"time"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/keyctx"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -68,9 +68,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	a := &attempt{h: h, w: w, r: r, body: body, skey: skey, digest: digest,
+	token, id := newToken(m.needsNewRequestID(w, r))
+	a := &attempt{h: h, w: w, r: r, body: body, skey: skey, digest: digest, id: id,
 		key:   idemkey.Key{Scope: sc, Value: key},
-		claim: store.Claim{Token: rand.Text(), Fingerprint: m.cfg.fingerprint(r, body), TTL: h.route.Deadline + ClaimMargin},
+		claim: store.Claim{Token: token, Fingerprint: m.cfg.fingerprint(r, body), TTL: h.route.Deadline + ClaimMargin},
 	}
 	a.decide(a.claimKey())
 }
@@ -111,6 +112,7 @@ type attempt struct {
 	digest string
 	key    idemkey.Key
 	claim  store.Claim
+	id     string    // a new request id, made with the owner token, or ""
 	start  time.Time // when the claim was made
 
 	// keyless: a request without a key run in a transaction of its own
@@ -159,7 +161,7 @@ func (a *attempt) emit(ev Event) {
 func (a *attempt) decide(o claimOutcome) {
 	m := a.h.m
 	ev := a.event(0)
-	ev.StoreLatency = time.Since(a.start)
+	ev.StoreLatency = m.since(a.start)
 	if o.err != nil {
 		ev.Kind, ev.Err = EventStoreError, o.err
 		if errors.Is(o.err, store.ErrFull) {
@@ -209,7 +211,7 @@ func (a *attempt) decide(o claimOutcome) {
 		if m.cache != nil {
 			m.cache.put(a.skey, res.Record, m.cfg.retention)
 		}
-		m.completed(a.w, a.r, res.Record, a.claim.Fingerprint, ev)
+		m.completed(a.w, a.r, res.Record, a.claim.Fingerprint, ev, a.id)
 	case store.InFlight:
 		if res.Fingerprint != a.claim.Fingerprint {
 			ev.Kind = EventKeyReused
@@ -289,12 +291,12 @@ func (a *attempt) run() {
 	defer a.own.done()
 
 	cw, w := newCapture(a.w, m.cfg.maxResponseBody, m.cfg.keepHeader, a)
-	ctx, cancel := context.WithDeadline(a.r.Context(), a.start.Add(a.h.route.Deadline))
+	ctx, cancel := a.handlerContext()
 	defer cancel()
 	r := a.r
 	if !a.keyless {
-		m.setRequestID(a.w, a.r, &cw.request)
-		ctx = idemkey.NewContext(ctx, a.key)
+		m.setRequestID(a.w, a.r, &cw.request, a.id)
+		ctx = &keyContext{Context: ctx, key: a.key}
 		cw.in.Reset(a.body)
 		r = r.WithContext(a.own.NewContext(ctx))
 		r.Body, r.GetBody = &cw.in, nil
@@ -336,6 +338,39 @@ func (a *attempt) run() {
 	cw.finish()
 }
 
+// handlerContext returns the context the handler runs under: the
+// request's, bounded by the route's deadline from the claim. A request
+// whose context already ends by then keeps its own (with its own, earlier
+// deadline): a context of the route's deadline would add a timer that
+// could never fire first.
+func (a *attempt) handlerContext() (context.Context, context.CancelFunc) {
+	ctx := a.r.Context()
+	deadline := a.start.Add(a.h.route.Deadline)
+	if d, ok := ctx.Deadline(); ok && !d.After(deadline) {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, deadline)
+}
+
+// keyContext is the context that carries the request's key to the handler
+// (idemkey.FromContext), as idemkey.NewContext does, in one allocation
+// instead of two: the key is kept in it and handed out by pointer, where
+// context.WithValue would box a copy. It holds nothing else of the
+// request, so that a context a handler hands on to work that outlives the
+// request keeps no more alive than before. Everything else it asks of its
+// parent.
+type keyContext struct {
+	context.Context
+	key idemkey.Key
+}
+
+func (c *keyContext) Value(k any) any {
+	if k == (keyctx.Key{}) {
+		return &c.key
+	}
+	return c.Context.Value(k)
+}
+
 // streaming is called by the capture before a response starts to go out
 // while the handler runs (it flushed, or wrote past the capture limit). A
 // response whose status is kept is kept now, with the body omitted, so
@@ -363,23 +398,25 @@ func (a *attempt) streaming(cw *capture) bool {
 func (a *attempt) keep(rec *store.Record) bool {
 	m := a.h.m
 	rec.Fingerprint = a.claim.Fingerprint
-	rec.CreatedAt, rec.CompletedAt = a.start, time.Now()
 	ctx, cancel := m.detached(a.r)
 	defer cancel()
 	t := time.Now()
+	rec.CreatedAt, rec.CompletedAt = a.start, t
 	err := a.own.Commit(ctx, rec, m.cfg.retention)
 	if err == nil || isNotOwner(err) || a.own.atomic() {
 		// Kept, not ours to keep, or (in a transaction) over either way.
 		a.ended = true
 	}
 	ev := a.event(EventKept)
-	ev.Status, ev.StoreLatency = rec.Status, time.Since(t)
+	ev.Status, ev.StoreLatency = rec.Status, m.since(t)
 	switch {
 	case err == nil:
 		if m.cache != nil && !a.keyless {
 			m.cache.put(a.skey, rec, m.cfg.retention)
 		}
-		ev.Size = recordSize(rec)
+		if m.observed() {
+			ev.Size = recordSize(rec)
+		}
 	case isNotOwner(err):
 		ev.Kind, ev.Err = EventOwnershipLost, err
 	default:
@@ -399,7 +436,7 @@ func (a *attempt) release(status int) {
 	err := a.own.Rollback(ctx)
 	a.ended = true
 	ev := a.event(EventReleased)
-	ev.Status, ev.StoreLatency = status, time.Since(t)
+	ev.Status, ev.StoreLatency = status, m.since(t)
 	switch {
 	case isNotOwner(err):
 		ev.Kind, ev.Err = EventOwnershipLost, err
@@ -475,12 +512,26 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, ev Event, p 
 		}
 		m.emit(r, ev)
 	}
-	m.setRequestID(w, r, nil)
+	m.setRequestID(w, r, nil, "")
 	m.cfg.errorWriter(w, r, p)
 }
 
+// observed reports whether any observer receives events: what only an
+// event reports (a record's size, a store call's latency) is not worked
+// out for nobody.
+func (m *Middleware) observed() bool { return len(m.cfg.observers) > 0 }
+
+// since is time.Since(t) for an event's StoreLatency: 0 when no observer
+// will read it, which spares reading the clock.
+func (m *Middleware) since(t time.Time) time.Duration {
+	if !m.observed() {
+		return 0
+	}
+	return time.Since(t)
+}
+
 func (m *Middleware) emit(r *http.Request, e Event) {
-	if len(m.cfg.observers) == 0 {
+	if !m.observed() {
 		return
 	}
 	e.Route = r.Pattern

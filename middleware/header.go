@@ -58,23 +58,48 @@ func keptHeader(h http.Header, keep func(string) bool) http.Header {
 			}
 		}
 	}
+	// One pass over h asks keep of each name once; the names kept are
+	// noted on the stack (a response rarely sets more than a few headers),
+	// and only a longer list takes a second pass.
+	var names [8]string
 	n, nv := 0, 0
 	for k, v := range h {
 		if keep(k) && !contains(hop, k) {
+			if n < len(names) {
+				names[n] = k
+			}
 			n++
 			nv += len(v)
 		}
 	}
 	out := make(http.Header, n)
 	values := make([]string, nv)
-	for k, v := range h {
+	put := func(k string) {
+		nv := copy(values, h[k])
+		out[k] = values[:nv:nv]
+		values = values[nv:]
+	}
+	if n <= len(names) {
+		for _, k := range names[:n] {
+			put(k)
+		}
+		return out
+	}
+	for k := range h {
 		if keep(k) && !contains(hop, k) {
-			nv := copy(values, v)
-			out[k] = values[:nv:nv]
-			values = values[nv:]
+			put(k)
 		}
 	}
 	return out
+}
+
+// headerValue is h.Get(name) for a name already in canonical form: the map
+// read directly, without canonicalising the name on every call.
+func headerValue(h http.Header, name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 func contains(list []string, s string) bool {

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -574,6 +575,59 @@ func TestHandlerSeesKeyDeadlineAndBody(t *testing.T) {
 	}
 	if body != `{"x":[1,2]}` {
 		t.Errorf("handler read %q", body)
+	}
+}
+
+// The handler's context ends by the route's deadline, or by the request's
+// own when that comes first; either way it carries the key, and contexts
+// the handler derives from it end with the request's.
+func TestHandlerContextDeadlineAndCancel(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		outer  time.Duration // the request context's own deadline; 0 for none
+		lo, hi time.Duration // the deadline the handler sees, from now
+	}{
+		{"none", 0, 6 * time.Second, 7 * time.Second},
+		{"later", time.Minute, 6 * time.Second, 7 * time.Second},
+		{"earlier", 3 * time.Second, 2 * time.Second, 3 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			var left time.Duration
+			var key idemkey.Key
+			var childErr, causeErr error
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if c.outer > 0 {
+				var stop context.CancelFunc
+				ctx, stop = context.WithTimeout(ctx, c.outer)
+				defer stop()
+			}
+			mw := f.mw.Required(middleware.Deadline(7 * time.Second))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				d, ok := r.Context().Deadline()
+				if !ok {
+					t.Error("the handler's context has no deadline")
+				}
+				left = time.Until(d)
+				key, _ = idemkey.FromContext(r.Context())
+				child, stop := context.WithCancel(r.Context())
+				defer stop()
+				cancel()
+				<-child.Done()
+				childErr, causeErr = child.Err(), context.Cause(r.Context())
+				w.WriteHeader(http.StatusCreated)
+			}))
+			serve(mw, post("k-ctx", `{"a":1}`).WithContext(ctx))
+			if left <= c.lo || left > c.hi {
+				t.Errorf("deadline in %v, want in (%v, %v]", left, c.lo, c.hi)
+			}
+			if key.Value != "k-ctx" {
+				t.Errorf("key in context %+v", key)
+			}
+			if !errors.Is(childErr, context.Canceled) || !errors.Is(causeErr, context.Canceled) {
+				t.Errorf("derived context ended with %v, cause %v; want context.Canceled", childErr, causeErr)
+			}
+		})
 	}
 }
 

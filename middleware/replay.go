@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"crypto/rand"
+	"encoding/hex"
 	"net/http"
 	"strconv"
 
@@ -20,38 +21,41 @@ import (
 // differ from those seen before.
 func (m *Middleware) cached(w http.ResponseWriter, r *http.Request, skey string, rec *store.Record, raw [32]byte, hasRaw bool, body []byte, ev Event) {
 	if !m.cfg.defaultFingerprint {
-		m.completed(w, r, rec, m.cfg.fingerprint(r, body), ev)
+		m.completed(w, r, rec, m.cfg.fingerprint(r, body), ev, "")
 		return
 	}
 	d := rawdigest.Of(r, body)
 	if hasRaw && d == raw {
-		m.replay(w, r, rec, ev)
+		m.replay(w, r, rec, ev, "")
 		return
 	}
 	fp := m.cfg.fingerprint(r, body)
 	if fp == rec.Fingerprint {
 		m.cache.learn(skey, rec, d)
 	}
-	m.completed(w, r, rec, fp, ev)
+	m.completed(w, r, rec, fp, ev, "")
 }
 
 // completed answers a request whose key holds a kept response: the replay
-// when the fingerprints match, 422 when they do not.
-func (m *Middleware) completed(w http.ResponseWriter, r *http.Request, rec *store.Record, fp [32]byte, ev Event) {
+// when the fingerprints match, 422 when they do not. fresh is a new request
+// id made for the request (see newToken), or "".
+func (m *Middleware) completed(w http.ResponseWriter, r *http.Request, rec *store.Record, fp [32]byte, ev Event, fresh string) {
 	if rec.Fingerprint != fp {
 		ev.Kind = EventKeyReused
 		m.refuse(w, r, ev, problemKeyReused, 0)
 		return
 	}
-	m.replay(w, r, rec, ev)
+	m.replay(w, r, rec, ev, fresh)
 }
 
 // replay writes a kept response, under the repeat's own request id.
-func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, rec *store.Record, ev Event) {
-	ev.Kind, ev.Status, ev.Size = EventReplay, rec.Status, recordSize(rec)
-	m.emit(r, ev)
+func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, rec *store.Record, ev Event, fresh string) {
+	if m.observed() {
+		ev.Kind, ev.Status, ev.Size = EventReplay, rec.Status, recordSize(rec)
+		m.emit(r, ev)
+	}
 	// The repeat's own id, read before the kept headers are copied in.
-	id := m.requestID(w, r)
+	id := m.requestID(w, r, fresh)
 	h := w.Header()
 	n := 0
 	for _, v := range rec.Header {
@@ -102,13 +106,13 @@ func recordSize(rec *store.Record) int {
 
 // setRequestID gives the response to r its request id (see requestID),
 // unless it has one already. slot, when not nil, is where the value slice
-// lives, so that setting it allocates nothing.
-func (m *Middleware) setRequestID(w http.ResponseWriter, r *http.Request, slot *[1]string) {
+// lives, so that setting it allocates nothing; fresh is as for requestID.
+func (m *Middleware) setRequestID(w http.ResponseWriter, r *http.Request, slot *[1]string, fresh string) {
 	h := w.Header()
 	if len(h[idemkey.HeaderRequestID]) > 0 {
 		return
 	}
-	id := m.requestID(w, r)
+	id := m.requestID(w, r, fresh)
 	if id == "" {
 		return
 	}
@@ -122,18 +126,31 @@ func (m *Middleware) setRequestID(w http.ResponseWriter, r *http.Request, slot *
 // requestID returns the id of the request a response answers: the one the
 // service's request-id middleware already set on the response, else the
 // request's own X-Request-Id when it is 1 to 200 visible ASCII characters,
-// else a new random UUID (or "" under WithoutNewRequestID).
-func (m *Middleware) requestID(w http.ResponseWriter, r *http.Request) string {
+// else a new random UUID (or "" under WithoutNewRequestID): fresh, when
+// not "", which newToken made with the owner token.
+func (m *Middleware) requestID(w http.ResponseWriter, r *http.Request, fresh string) string {
 	if v := w.Header()[idemkey.HeaderRequestID]; len(v) > 0 && v[0] != "" {
 		return v[0]
 	}
-	if id := r.Header.Get(idemkey.HeaderRequestID); saneRequestID(id) {
+	if id := headerValue(r.Header, idemkey.HeaderRequestID); saneRequestID(id) {
 		return id
 	}
 	if m.cfg.noNewRequestID {
 		return ""
 	}
+	if fresh != "" {
+		return fresh
+	}
 	return newRequestID()
+}
+
+// needsNewRequestID reports whether requestID, asked now, would make a new
+// id.
+func (m *Middleware) needsNewRequestID(w http.ResponseWriter, r *http.Request) bool {
+	if v := w.Header()[idemkey.HeaderRequestID]; len(v) > 0 && v[0] != "" {
+		return false
+	}
+	return !m.cfg.noNewRequestID && !saneRequestID(headerValue(r.Header, idemkey.HeaderRequestID))
 }
 
 func saneRequestID(id string) bool {
@@ -157,4 +174,42 @@ func newRequestID() string {
 	u[6] = (u[6] & 0x0f) | 0x40 // version 4
 	u[8] = (u[8] & 0x3f) | 0x80 // variant 10
 	return u.String()
+}
+
+// base32 is the alphabet of crypto/rand.Text, RFC 4648's.
+const base32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+
+// tokenLen is the length of an owner token: crypto/rand.Text's, 26
+// characters of 5 random bits each.
+const tokenLen = 26
+
+// newToken returns a fresh owner token, written as crypto/rand.Text writes
+// one, and, when withID, a new request id (a random version 4 UUID, as
+// newRequestID makes). Both come from one read of random bytes and live in
+// one string: a request that needs both pays for one allocation.
+func newToken(withID bool) (token, id string) {
+	if !withID {
+		return rand.Text(), ""
+	}
+	var src [tokenLen + 16]byte
+	rand.Read(src[:]) // never fails: it crashes the program instead
+	var b [tokenLen + 36]byte
+	for i := range tokenLen {
+		b[i] = base32[src[i]%32]
+	}
+	u := src[tokenLen:]
+	u[6] = (u[6] & 0x0f) | 0x40 // version 4
+	u[8] = (u[8] & 0x3f) | 0x80 // variant 10
+	x := b[tokenLen:]
+	hex.Encode(x[0:8], u[0:4])
+	x[8] = '-'
+	hex.Encode(x[9:13], u[4:6])
+	x[13] = '-'
+	hex.Encode(x[14:18], u[6:8])
+	x[18] = '-'
+	hex.Encode(x[19:23], u[8:10])
+	x[23] = '-'
+	hex.Encode(x[24:], u[10:])
+	s := string(b[:])
+	return s[:tokenLen], s[tokenLen:]
 }

@@ -1,0 +1,50 @@
+package middleware
+
+import (
+	"net/http"
+	"reflect"
+	"strconv"
+	"testing"
+
+	"github.com/idemkey/idemkey"
+)
+
+// keptHeader keeps what keep accepts and the Connection header does not
+// name, with values copied, for a few headers and for more than it notes
+// on the stack.
+func TestKeptHeader(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 8, 9, 20} {
+		h := http.Header{"Connection": {"X-Hop-1, x-hop-2"}, "X-Hop-1": {"a"}, "X-Hop-2": {"b"}, "Date": {"today"}}
+		want := http.Header{}
+		for i := range n {
+			k := "X-Kept-" + strconv.Itoa(i)
+			h[k] = []string{"v" + strconv.Itoa(i), "w"}
+			want[k] = []string{"v" + strconv.Itoa(i), "w"}
+		}
+		got := keptHeader(h, func(k string) bool { return k != "Connection" && DefaultKeepHeader(k) })
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%d headers: kept %v, want %v", n, got, want)
+		}
+		for _, v := range h {
+			v[0] = "changed"
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%d headers: a change to the response's headers reached the kept ones: %v", n, got)
+		}
+	}
+}
+
+// headerValue reads the map directly, which Header.Get does only for names
+// already canonical: the names it is given must be.
+func TestHeaderValueNamesAreCanonical(t *testing.T) {
+	for _, name := range []string{idemkey.HeaderRequestID, "Content-Length", "Transfer-Encoding"} {
+		if c := http.CanonicalHeaderKey(name); c != name {
+			t.Errorf("%q is not canonical (%q)", name, c)
+		}
+		h := http.Header{}
+		h.Add(name, "v")
+		if headerValue(h, name) != h.Get(name) || headerValue(http.Header{}, name) != "" {
+			t.Errorf("headerValue(%q) differs from Header.Get", name)
+		}
+	}
+}
