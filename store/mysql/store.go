@@ -387,8 +387,10 @@ func (s *Store) letGo(conn *sql.Conn, connID int64, tx *sql.Tx) {
 		if tx != nil {
 			// The transaction was ended by a COMMIT or ROLLBACK sent as
 			// a statement (bounded by the call's context, as the
-			// driver's own are not): database/sql is told now, with a
-			// ROLLBACK the server answers as a no-op, so that the
+			// driver's own are not), AND CHAIN: database/sql is told
+			// now, with a ROLLBACK that ends the transaction the chain
+			// began (empty, unless a late statement of the handler's
+			// landed in it: then that is undone), so that the
 			// connection can go back.
 			tx.Rollback()
 		}

@@ -32,6 +32,19 @@ const savepoint = "idemkey_handler"
 // default retention.
 const holdLife = 24 * time.Hour
 
+// commitChain and rollbackChain end the request's transaction, sent as
+// statements so that the call's budget bounds them. Each begins another
+// transaction at once (AND CHAIN), which database/sql ends after with a
+// ROLLBACK of its own (letGo): until then it still takes the handler's
+// statements, and a statement that a goroutine of the handler sends late,
+// in between, lands in that transaction and is rolled back with it, where
+// a session left in autocommit would commit it on its own (after a
+// rollback that freed the key, a retry would then make the write again).
+const (
+	commitChain   = "COMMIT AND CHAIN"
+	rollbackChain = "ROLLBACK AND CHAIN"
+)
+
 // txKey is the context key of a request's transaction.
 type txKey struct{}
 
@@ -376,7 +389,7 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 			return store.ErrNotOwner
 		}
 	}
-	if _, err := t.tx.ExecContext(ctx, "COMMIT"); err != nil {
+	if _, err := t.tx.ExecContext(ctx, commitChain); err != nil {
 		if errors.Is(err, sql.ErrTxDone) {
 			return t.commitOutside(ctx, rec, header, ret)
 		}
@@ -448,7 +461,7 @@ func (t *requestTx) Rollback(ctx context.Context) error {
 		t.s.discard(t.conn, t.connID)
 		return nil
 	}
-	if _, err := t.tx.ExecContext(ctx, "ROLLBACK"); err != nil && !errors.Is(err, sql.ErrTxDone) {
+	if _, err := t.tx.ExecContext(ctx, rollbackChain); err != nil && !errors.Is(err, sql.ErrTxDone) {
 		t.tx.Rollback()
 		t.s.discard(t.conn, t.connID)
 		return unavailable("rollback", err)
@@ -474,7 +487,7 @@ func (t *requestTx) Rollback(ctx context.Context) error {
 // abort rolls the transaction back and lets go of the claim's locks; on
 // failure it closes the connection and kills its session.
 func (t *requestTx) abort(ctx context.Context) {
-	if _, err := t.tx.ExecContext(ctx, "ROLLBACK"); err != nil && !errors.Is(err, sql.ErrTxDone) {
+	if _, err := t.tx.ExecContext(ctx, rollbackChain); err != nil && !errors.Is(err, sql.ErrTxDone) {
 		t.tx.Rollback()
 		t.s.discard(t.conn, t.connID)
 		return

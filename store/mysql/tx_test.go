@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -478,5 +479,60 @@ func TestWait(t *testing.T) {
 	// (The server's own timer ends the wait, to the millisecond.)
 	if took := time.Since(start); took < 150*time.Millisecond {
 		t.Fatalf("Wait returned after %v, before its time was up, while the owner ran", took)
+	}
+}
+
+// TestLateWritesUndone: a goroutine the handler left running keeps writing
+// through the request's transaction while the store ends it without
+// keeping anything (a 5xx's rollback, a commit refused). None of those
+// writes commits: the key is free after, and its retry runs the handler
+// again, so a write that landed would be made twice.
+func TestLateWritesUndone(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	pay := newPayments(t, db)
+	for _, tc := range []struct {
+		name string
+		end  func(tx store.Tx) error
+	}{
+		{"Rollback", func(tx store.Tx) error { return tx.Rollback(context.Background()) }},
+		// A record the store refuses to keep: the transaction is rolled
+		// back, as after a keep that failed.
+		{"CommitRefused", func(tx store.Tx) error {
+			return tx.Commit(context.Background(), record([32]byte{1}, -1), time.Hour)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for round := range 10 {
+				key, c := newKey(), newClaim(1)
+				ctx, tx := claimTx(t, st, key, c)
+				sqlTx := mysql.Tx(ctx)
+				var wrote atomic.Int64
+				stopped := make(chan error, 1)
+				go func() {
+					for {
+						if err := pay.insert(context.Background(), sqlTx, key, "late"); err != nil {
+							stopped <- err
+							return
+						}
+						wrote.Add(1)
+					}
+				}()
+				for wrote.Load() < 3 {
+					time.Sleep(time.Millisecond)
+				}
+				// (The late writes and the store's statements share the
+				// session: one of them may find it busy, and then the
+				// session is closed, which rolls back too.)
+				tc.end(tx)
+				err := <-stopped
+				noLocks(t, db, st, key, c.Fingerprint)
+				if n := pay.count(t, key); n != 0 {
+					t.Fatalf("round %d: %d of the late writes committed (the writer stopped with %v), want 0", round, n, err)
+				}
+				tx2, _ := untilClaimed(t, st, key, newClaim(1), 5*time.Second)
+				tx2.Rollback(context.Background())
+			}
+		})
 	}
 }
