@@ -319,10 +319,16 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 				// Most likely another plain claim being made: wait a
 				// moment for it to let go, then ask again for its row.
 				// (A transaction's owner holds the key far longer: then
-				// the answer says only whether it is this request.)
-				kl, _ := s.locks(key, c.Fingerprint)
-				secs := strconv.FormatFloat(wait.Seconds(), 'f', 3, 64)
-				_, err := conn.ExecContext(ctx, "DO IF(GET_LOCK('"+kl+"', "+secs+") = 1, RELEASE_LOCK('"+kl+"'), 0)")
+				// the answer says only whether it is this request.) The
+				// wait takes the locks in the claim's order, the
+				// fingerprint's first: a session that holds the key's
+				// lock holds its fingerprint's too, so that a claim
+				// meeting the waiter never reads it as another request
+				// in flight. Each lock gets half of the wait.
+				kl, fl := s.locks(key, c.Fingerprint)
+				secs := strconv.FormatFloat(wait.Seconds()/2, 'f', 3, 64)
+				_, err := conn.ExecContext(ctx, "DO IF(GET_LOCK('"+fl+"', "+secs+") = 1,"+
+					" IF(GET_LOCK('"+kl+"', "+secs+") = 1, RELEASE_LOCK('"+kl+"'), 0) + RELEASE_LOCK('"+fl+"'), 0)")
 				conn.Close()
 				if err != nil && !connLost(ctx, err) {
 					return store.Result{}, unavailable("claim", err)

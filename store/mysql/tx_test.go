@@ -536,3 +536,139 @@ func TestLateWritesUndone(t *testing.T) {
 		})
 	}
 }
+
+// TestTakeoverRace: plain and transactional requests race for keys whose
+// row has lapsed (a record past its retention, a plain claim past its
+// life), under each isolation level, while the sweeper deletes lapsed
+// rows; the first two runs of each key fail (a 5xx: rolled back, or
+// released) and free it again. Exactly one payment per key, and every
+// racer ends with its record; no racer is told that another request holds
+// the key (a plain claim waiting for it holds its locks a moment, as a
+// claim does).
+func TestTakeoverRace(t *testing.T) {
+	db := sharedDB(t)
+	for _, level := range []sql.IsolationLevel{sql.LevelRepeatableRead, sql.LevelReadCommitted, sql.LevelSerializable} {
+		t.Run(level.String(), func(t *testing.T) {
+			st, _ := newStore(t, db, mysql.WithTxOptions(&sql.TxOptions{Isolation: level}))
+			pay := newPayments(t, db)
+			const racers, rounds, failures = 12, 4, 2
+			for round := range rounds {
+				key := newKey()
+				lapsed := newClaim(7)
+				if round%2 == 1 {
+					lapsed.TTL = time.Millisecond
+				}
+				if res, err := st.Claim(context.Background(), key, lapsed); err != nil || res.State != store.Claimed {
+					t.Fatalf("Claim: %v %v", res.State, err)
+				}
+				if round%2 == 0 {
+					if err := st.Complete(context.Background(), key, lapsed.Token, record(lapsed.Fingerprint, 201), time.Millisecond); err != nil {
+						t.Fatal(err)
+					}
+				}
+				time.Sleep(5 * time.Millisecond)
+				sweeping, swept := make(chan struct{}), make(chan error, 1)
+				go func() {
+					for {
+						select {
+						case <-sweeping:
+							swept <- nil
+							return
+						default:
+						}
+						if _, err := st.Sweep(context.Background()); err != nil {
+							swept <- err
+							return
+						}
+					}
+				}()
+				var mu sync.Mutex
+				runs, kept := 0, 0
+				errs := make(chan error, racers)
+				var wg sync.WaitGroup
+				for i := range racers {
+					wg.Go(func() {
+						c := newClaim(7)
+						plain := i%2 == 1
+						for {
+							var res store.Result
+							var tx store.Tx
+							var err error
+							if plain {
+								res, err = st.Claim(context.Background(), key, c)
+							} else {
+								res, tx, err = st.ClaimTx(context.Background(), key, c)
+							}
+							if err != nil {
+								errs <- err
+								return
+							}
+							switch res.State {
+							case store.Claimed, store.Mine:
+								mu.Lock()
+								runs++
+								fail := runs <= failures
+								mu.Unlock()
+								switch {
+								case plain && fail:
+									err = st.Release(context.Background(), key, c.Token)
+								case plain:
+									if _, err = db.Exec("INSERT INTO `"+pay.name+"` (k, made_by) VALUES (?, 'plain')", key); err == nil {
+										err = st.Complete(context.Background(), key, c.Token, record(c.Fingerprint, 201), time.Hour)
+									}
+								default:
+									ctx := tx.NewContext(context.Background())
+									if err = pay.insert(ctx, mysql.Tx(ctx), key, "tx"); err != nil {
+										tx.Rollback(context.Background())
+									} else if fail {
+										err = tx.Rollback(context.Background())
+									} else {
+										err = tx.Commit(context.Background(), record(c.Fingerprint, 201), time.Hour)
+									}
+								}
+								if err != nil {
+									errs <- err
+									return
+								}
+								if fail {
+									c = newClaim(7)
+									continue
+								}
+								mu.Lock()
+								kept++
+								mu.Unlock()
+								return
+							case store.Completed:
+								if res.Fingerprint != c.Fingerprint {
+									errs <- fmt.Errorf("a record of another request")
+								}
+								return
+							case store.InFlight:
+								if res.Fingerprint != c.Fingerprint {
+									errs <- fmt.Errorf("in flight with another fingerprint")
+									return
+								}
+								time.Sleep(time.Millisecond)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				close(sweeping)
+				if err := <-swept; err != nil {
+					t.Fatalf("round %d: sweep: %v", round, err)
+				}
+				close(errs)
+				for err := range errs {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				if kept != 1 {
+					t.Fatalf("round %d: %d records kept, want 1", round, kept)
+				}
+				if n := pay.count(t, key); n != 1 {
+					t.Fatalf("round %d: %d payments, want 1", round, n)
+				}
+			}
+		})
+	}
+}
