@@ -502,16 +502,18 @@ var _ store.Waiter = (*Store)(nil)
 // named lock (GET_LOCK with the time left) and letting go of it at once:
 // it wakes the moment the owner's session lets go of its locks, after its
 // commit or rollback, without polling. It holds a pool connection while it
-// waits, until ctx ends at the latest. It returns false at once when no
-// session holds that lock (a plain claim committed in flight, which only
-// its end settles: poll it).
+// waits, until ctx ends at the latest; a wait that ctx cuts short (the
+// client hung up) has its session killed, which would otherwise go on
+// waiting on the server for the rest of its time. It returns false at
+// once, in one round trip, when no session holds that lock (a plain claim
+// committed in flight, which only its end settles: poll it); a wait takes
+// one more.
 func (s *Store) Wait(ctx context.Context, key string, c store.Claim) (bool, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(time.Minute)
 	}
-	left := time.Until(deadline)
-	if left <= 0 {
+	if time.Until(deadline) <= 0 {
 		return true, nil
 	}
 	conn, err := s.db.Conn(ctx)
@@ -523,18 +525,26 @@ func (s *Store) Wait(ctx context.Context, key string, c store.Claim) (bool, erro
 	}
 	_, fl := s.locks(key, c.Fingerprint)
 	q := "'" + fl + "'"
-	secs := strconv.FormatFloat(left.Seconds(), 'f', 3, 64)
-	var answer int64
+	var free bool
 	var connID int64
-	err = conn.QueryRowContext(ctx, "SELECT CASE WHEN GET_LOCK("+q+", 0) <=> 1 THEN IF(RELEASE_LOCK("+q+") IS NULL, 0, 0)"+
-		" WHEN GET_LOCK("+q+", "+secs+") <=> 1 THEN IF(RELEASE_LOCK("+q+") IS NULL, 1, 1) ELSE 2 END, CONNECTION_ID()").Scan(&answer, &connID)
+	err = conn.QueryRowContext(ctx, "SELECT CASE WHEN GET_LOCK("+q+", 0) <=> 1 THEN IF(RELEASE_LOCK("+q+") IS NULL, 1, 1) ELSE 0 END, CONNECTION_ID()").Scan(&free, &connID)
+	if err == nil && !free {
+		left := time.Until(deadline)
+		if left <= 0 {
+			conn.Close()
+			return true, nil
+		}
+		secs := strconv.FormatFloat(left.Seconds(), 'f', 3, 64)
+		var answer int64
+		err = conn.QueryRowContext(ctx, "SELECT CASE WHEN GET_LOCK("+q+", "+secs+") <=> 1 THEN IF(RELEASE_LOCK("+q+") IS NULL, 1, 1) ELSE 2 END").Scan(&answer)
+	}
 	if err != nil {
-		s.discard(conn, 0)
+		s.discard(conn, connID)
 		if ctx.Err() != nil {
 			return true, nil
 		}
 		return false, unavailable("wait", err)
 	}
 	conn.Close()
-	return answer != 0, nil
+	return !free, nil
 }

@@ -672,3 +672,60 @@ func TestTakeoverRace(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitHangUp: a repeat waiting on a key in flight hangs up (its
+// context ends): its server session does not go on waiting, holding a
+// connection of the server's that the pool no longer counts.
+func TestWaitHangUp(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	key, c := newKey(), newClaim(1)
+	_, tx := claimTx(t, st, key, c)
+	defer tx.Rollback(context.Background())
+	wctx, hangUp := context.WithTimeout(context.Background(), 30*time.Second)
+	time.AfterFunc(200*time.Millisecond, hangUp)
+	if ok, err := st.Wait(wctx, key, newClaim(1)); !ok || err != nil {
+		t.Fatalf("Wait cut short: %v %v, want true", ok, err)
+	}
+	_, fl := st.Locks(key, c.Fingerprint)
+	waiting := func() (n int) {
+		err := db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE CONCAT('%GET_LOCK(''', ?, '%')", fl).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for deadline := time.Now().Add(500 * time.Millisecond); waiting() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter's session still waits on the server after it hung up")
+		}
+	}
+}
+
+// TestHangUpAfterClaim: the request's context ends (the client hung up)
+// after the claim while the handler goes on: the transaction is not the
+// request context's, so the handler's writes and the record commit
+// together.
+func TestHangUpAfterClaim(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	pay := newPayments(t, db)
+	key, c := newKey(), newClaim(1)
+	reqCtx, hangUp := context.WithCancel(context.Background())
+	res, tx, err := st.ClaimTx(reqCtx, key, c)
+	if err != nil || res.State != store.Claimed {
+		t.Fatalf("ClaimTx: %v %v", res.State, err)
+	}
+	ctx := tx.NewContext(context.WithoutCancel(reqCtx))
+	hangUp()
+	time.Sleep(20 * time.Millisecond) // (database/sql would roll back now, were it the transaction's context)
+	if err := pay.insert(ctx, mysql.Tx(ctx), key, "handler"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(context.WithoutCancel(reqCtx), record(c.Fingerprint, 201), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n := pay.count(t, key); n != 1 {
+		t.Fatalf("%d payments, want 1", n)
+	}
+}
