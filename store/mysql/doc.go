@@ -124,10 +124,13 @@
 // The store sends COMMIT and ROLLBACK as statements bounded by the call's
 // budget, because database/sql gives a transaction's Commit and Rollback
 // no context and the driver sends them unbounded (against a stalled
-// server they would never return). After the answer goes out, the
-// *sql.Tx is ended for database/sql with a ROLLBACK the server answers as
-// a no-op, and the claim's locks are let go of (RELEASE_ALL_LOCKS): the
-// two round trips not waited for.
+// server they would never return). They are sent AND CHAIN, so that a
+// statement the handler sends late through the *sql.Tx (from a goroutine
+// still running) lands in a transaction that is rolled back, never
+// committing on its own. After the answer goes out, the *sql.Tx is ended
+// for database/sql with a ROLLBACK of that chained transaction, and the
+// claim's locks are let go of (RELEASE_ALL_LOCKS): the two round trips not
+// waited for.
 //
 // WithTxOptions with an isolation level adds one (SET TRANSACTION before
 // START TRANSACTION), WithClientErrorWrites(true) saves one (no savepoint).

@@ -320,10 +320,16 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 				// Most likely another plain claim being made: wait a
 				// moment for it to let go, then ask again for its row.
 				// (A transaction's owner holds the key far longer: then
-				// the answer says only whether it is this request.)
-				kl, _ := s.locks(key, c.Fingerprint)
-				secs := strconv.FormatFloat(wait.Seconds(), 'f', 3, 64)
-				_, err := conn.ExecContext(ctx, "DO IF(GET_LOCK('"+kl+"', "+secs+") = 1, RELEASE_LOCK('"+kl+"'), 0)")
+				// the answer says only whether it is this request.) The
+				// wait takes the locks in the claim's order, the
+				// fingerprint's first: a session that holds the key's
+				// lock holds its fingerprint's too, so that a claim
+				// meeting the waiter never reads it as another request
+				// in flight. Each lock gets half of the wait.
+				kl, fl := s.locks(key, c.Fingerprint)
+				secs := strconv.FormatFloat(wait.Seconds()/2, 'f', 3, 64)
+				_, err := conn.ExecContext(ctx, "DO IF(GET_LOCK('"+fl+"', "+secs+") = 1,"+
+					" IF(GET_LOCK('"+kl+"', "+secs+") = 1, RELEASE_LOCK('"+kl+"'), 0) + RELEASE_LOCK('"+fl+"'), 0)")
 				conn.Close()
 				if err != nil && !connLost(ctx, err) {
 					return store.Result{}, unavailable("claim", err)
@@ -388,8 +394,10 @@ func (s *Store) letGo(conn *sql.Conn, connID int64, tx *sql.Tx) {
 		if tx != nil {
 			// The transaction was ended by a COMMIT or ROLLBACK sent as
 			// a statement (bounded by the call's context, as the
-			// driver's own are not): database/sql is told now, with a
-			// ROLLBACK the server answers as a no-op, so that the
+			// driver's own are not), AND CHAIN: database/sql is told
+			// now, with a ROLLBACK that ends the transaction the chain
+			// began (empty, unless a late statement of the handler's
+			// landed in it: then that is undone), so that the
 			// connection can go back.
 			tx.Rollback()
 		}

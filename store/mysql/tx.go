@@ -32,6 +32,19 @@ const savepoint = "idemkey_handler"
 // default retention.
 const holdLife = 24 * time.Hour
 
+// commitChain and rollbackChain end the request's transaction, sent as
+// statements so that the call's budget bounds them. Each begins another
+// transaction at once (AND CHAIN), which database/sql ends after with a
+// ROLLBACK of its own (letGo): until then it still takes the handler's
+// statements, and a statement that a goroutine of the handler sends late,
+// in between, lands in that transaction and is rolled back with it, where
+// a session left in autocommit would commit it on its own (after a
+// rollback that freed the key, a retry would then make the write again).
+const (
+	commitChain   = "COMMIT AND CHAIN"
+	rollbackChain = "ROLLBACK AND CHAIN"
+)
+
 // txKey is the context key of a request's transaction.
 type txKey struct{}
 
@@ -376,7 +389,7 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 			return store.ErrNotOwner
 		}
 	}
-	if _, err := t.tx.ExecContext(ctx, "COMMIT"); err != nil {
+	if _, err := t.tx.ExecContext(ctx, commitChain); err != nil {
 		if errors.Is(err, sql.ErrTxDone) {
 			return t.commitOutside(ctx, rec, header, ret)
 		}
@@ -448,7 +461,7 @@ func (t *requestTx) Rollback(ctx context.Context) error {
 		t.s.discard(t.conn, t.connID)
 		return nil
 	}
-	if _, err := t.tx.ExecContext(ctx, "ROLLBACK"); err != nil && !errors.Is(err, sql.ErrTxDone) {
+	if _, err := t.tx.ExecContext(ctx, rollbackChain); err != nil && !errors.Is(err, sql.ErrTxDone) {
 		t.tx.Rollback()
 		t.s.discard(t.conn, t.connID)
 		return unavailable("rollback", err)
@@ -474,7 +487,7 @@ func (t *requestTx) Rollback(ctx context.Context) error {
 // abort rolls the transaction back and lets go of the claim's locks; on
 // failure it closes the connection and kills its session.
 func (t *requestTx) abort(ctx context.Context) {
-	if _, err := t.tx.ExecContext(ctx, "ROLLBACK"); err != nil && !errors.Is(err, sql.ErrTxDone) {
+	if _, err := t.tx.ExecContext(ctx, rollbackChain); err != nil && !errors.Is(err, sql.ErrTxDone) {
 		t.tx.Rollback()
 		t.s.discard(t.conn, t.connID)
 		return
@@ -489,16 +502,18 @@ var _ store.Waiter = (*Store)(nil)
 // named lock (GET_LOCK with the time left) and letting go of it at once:
 // it wakes the moment the owner's session lets go of its locks, after its
 // commit or rollback, without polling. It holds a pool connection while it
-// waits, until ctx ends at the latest. It returns false at once when no
-// session holds that lock (a plain claim committed in flight, which only
-// its end settles: poll it).
+// waits, until ctx ends at the latest; a wait that ctx cuts short (the
+// client hung up) has its session killed, which would otherwise go on
+// waiting on the server for the rest of its time. It returns false at
+// once, in one round trip, when no session holds that lock (a plain claim
+// committed in flight, which only its end settles: poll it); a wait takes
+// one more.
 func (s *Store) Wait(ctx context.Context, key string, c store.Claim) (bool, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(time.Minute)
 	}
-	left := time.Until(deadline)
-	if left <= 0 {
+	if time.Until(deadline) <= 0 {
 		return true, nil
 	}
 	conn, err := s.db.Conn(ctx)
@@ -510,18 +525,26 @@ func (s *Store) Wait(ctx context.Context, key string, c store.Claim) (bool, erro
 	}
 	_, fl := s.locks(key, c.Fingerprint)
 	q := "'" + fl + "'"
-	secs := strconv.FormatFloat(left.Seconds(), 'f', 3, 64)
-	var answer int64
+	var free bool
 	var connID int64
-	err = conn.QueryRowContext(ctx, "SELECT CASE WHEN GET_LOCK("+q+", 0) <=> 1 THEN IF(RELEASE_LOCK("+q+") IS NULL, 0, 0)"+
-		" WHEN GET_LOCK("+q+", "+secs+") <=> 1 THEN IF(RELEASE_LOCK("+q+") IS NULL, 1, 1) ELSE 2 END, CONNECTION_ID()").Scan(&answer, &connID)
+	err = conn.QueryRowContext(ctx, "SELECT CASE WHEN GET_LOCK("+q+", 0) <=> 1 THEN IF(RELEASE_LOCK("+q+") IS NULL, 1, 1) ELSE 0 END, CONNECTION_ID()").Scan(&free, &connID)
+	if err == nil && !free {
+		left := time.Until(deadline)
+		if left <= 0 {
+			conn.Close()
+			return true, nil
+		}
+		secs := strconv.FormatFloat(left.Seconds(), 'f', 3, 64)
+		var answer int64
+		err = conn.QueryRowContext(ctx, "SELECT CASE WHEN GET_LOCK("+q+", "+secs+") <=> 1 THEN IF(RELEASE_LOCK("+q+") IS NULL, 1, 1) ELSE 2 END").Scan(&answer)
+	}
 	if err != nil {
-		s.discard(conn, 0)
+		s.discard(conn, connID)
 		if ctx.Err() != nil {
 			return true, nil
 		}
 		return false, unavailable("wait", err)
 	}
 	conn.Close()
-	return answer != 0, nil
+	return !free, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -478,5 +479,253 @@ func TestWait(t *testing.T) {
 	// (The server's own timer ends the wait, to the millisecond.)
 	if took := time.Since(start); took < 150*time.Millisecond {
 		t.Fatalf("Wait returned after %v, before its time was up, while the owner ran", took)
+	}
+}
+
+// TestLateWritesUndone: a goroutine the handler left running keeps writing
+// through the request's transaction while the store ends it without
+// keeping anything (a 5xx's rollback, a commit refused). None of those
+// writes commits: the key is free after, and its retry runs the handler
+// again, so a write that landed would be made twice.
+func TestLateWritesUndone(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	pay := newPayments(t, db)
+	for _, tc := range []struct {
+		name string
+		end  func(tx store.Tx) error
+	}{
+		{"Rollback", func(tx store.Tx) error { return tx.Rollback(context.Background()) }},
+		// A record the store refuses to keep: the transaction is rolled
+		// back, as after a keep that failed.
+		{"CommitRefused", func(tx store.Tx) error {
+			return tx.Commit(context.Background(), record([32]byte{1}, -1), time.Hour)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for round := range 10 {
+				key, c := newKey(), newClaim(1)
+				ctx, tx := claimTx(t, st, key, c)
+				sqlTx := mysql.Tx(ctx)
+				var wrote atomic.Int64
+				stopped := make(chan error, 1)
+				go func() {
+					for {
+						if err := pay.insert(context.Background(), sqlTx, key, "late"); err != nil {
+							stopped <- err
+							return
+						}
+						wrote.Add(1)
+					}
+				}()
+				for wrote.Load() < 3 {
+					time.Sleep(time.Millisecond)
+				}
+				// (The late writes and the store's statements share the
+				// session: one of them may find it busy, and then the
+				// session is closed, which rolls back too.)
+				tc.end(tx)
+				err := <-stopped
+				noLocks(t, db, st, key, c.Fingerprint)
+				if n := pay.count(t, key); n != 0 {
+					t.Fatalf("round %d: %d of the late writes committed (the writer stopped with %v), want 0", round, n, err)
+				}
+				tx2, _ := untilClaimed(t, st, key, newClaim(1), 5*time.Second)
+				tx2.Rollback(context.Background())
+			}
+		})
+	}
+}
+
+// TestTakeoverRace: plain and transactional requests race for keys whose
+// row has lapsed (a record past its retention, a plain claim past its
+// life), under each isolation level, while the sweeper deletes lapsed
+// rows; the first two runs of each key fail (a 5xx: rolled back, or
+// released) and free it again. Exactly one payment per key, and every
+// racer ends with its record; no racer is told that another request holds
+// the key (a plain claim waiting for it holds its locks a moment, as a
+// claim does).
+func TestTakeoverRace(t *testing.T) {
+	db := sharedDB(t)
+	for _, level := range []sql.IsolationLevel{sql.LevelRepeatableRead, sql.LevelReadCommitted, sql.LevelSerializable} {
+		t.Run(level.String(), func(t *testing.T) {
+			st, _ := newStore(t, db, mysql.WithTxOptions(&sql.TxOptions{Isolation: level}))
+			pay := newPayments(t, db)
+			const racers, rounds, failures = 12, 4, 2
+			for round := range rounds {
+				key := newKey()
+				lapsed := newClaim(7)
+				if round%2 == 1 {
+					lapsed.TTL = time.Millisecond
+				}
+				if res, err := st.Claim(context.Background(), key, lapsed); err != nil || res.State != store.Claimed {
+					t.Fatalf("Claim: %v %v", res.State, err)
+				}
+				if round%2 == 0 {
+					if err := st.Complete(context.Background(), key, lapsed.Token, record(lapsed.Fingerprint, 201), time.Millisecond); err != nil {
+						t.Fatal(err)
+					}
+				}
+				time.Sleep(5 * time.Millisecond)
+				sweeping, swept := make(chan struct{}), make(chan error, 1)
+				go func() {
+					for {
+						select {
+						case <-sweeping:
+							swept <- nil
+							return
+						default:
+						}
+						if _, err := st.Sweep(context.Background()); err != nil {
+							swept <- err
+							return
+						}
+					}
+				}()
+				var mu sync.Mutex
+				runs, kept := 0, 0
+				errs := make(chan error, racers)
+				var wg sync.WaitGroup
+				for i := range racers {
+					wg.Go(func() {
+						c := newClaim(7)
+						plain := i%2 == 1
+						for {
+							var res store.Result
+							var tx store.Tx
+							var err error
+							if plain {
+								res, err = st.Claim(context.Background(), key, c)
+							} else {
+								res, tx, err = st.ClaimTx(context.Background(), key, c)
+							}
+							if err != nil {
+								errs <- err
+								return
+							}
+							switch res.State {
+							case store.Claimed, store.Mine:
+								mu.Lock()
+								runs++
+								fail := runs <= failures
+								mu.Unlock()
+								switch {
+								case plain && fail:
+									err = st.Release(context.Background(), key, c.Token)
+								case plain:
+									if _, err = db.Exec("INSERT INTO `"+pay.name+"` (k, made_by) VALUES (?, 'plain')", key); err == nil {
+										err = st.Complete(context.Background(), key, c.Token, record(c.Fingerprint, 201), time.Hour)
+									}
+								default:
+									ctx := tx.NewContext(context.Background())
+									if err = pay.insert(ctx, mysql.Tx(ctx), key, "tx"); err != nil {
+										tx.Rollback(context.Background())
+									} else if fail {
+										err = tx.Rollback(context.Background())
+									} else {
+										err = tx.Commit(context.Background(), record(c.Fingerprint, 201), time.Hour)
+									}
+								}
+								if err != nil {
+									errs <- err
+									return
+								}
+								if fail {
+									c = newClaim(7)
+									continue
+								}
+								mu.Lock()
+								kept++
+								mu.Unlock()
+								return
+							case store.Completed:
+								if res.Fingerprint != c.Fingerprint {
+									errs <- fmt.Errorf("a record of another request")
+								}
+								return
+							case store.InFlight:
+								if res.Fingerprint != c.Fingerprint {
+									errs <- fmt.Errorf("in flight with another fingerprint")
+									return
+								}
+								time.Sleep(time.Millisecond)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				close(sweeping)
+				if err := <-swept; err != nil {
+					t.Fatalf("round %d: sweep: %v", round, err)
+				}
+				close(errs)
+				for err := range errs {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				if kept != 1 {
+					t.Fatalf("round %d: %d records kept, want 1", round, kept)
+				}
+				if n := pay.count(t, key); n != 1 {
+					t.Fatalf("round %d: %d payments, want 1", round, n)
+				}
+			}
+		})
+	}
+}
+
+// TestWaitHangUp: a repeat waiting on a key in flight hangs up (its
+// context ends): its server session does not go on waiting, holding a
+// connection of the server's that the pool no longer counts.
+func TestWaitHangUp(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	key, c := newKey(), newClaim(1)
+	_, tx := claimTx(t, st, key, c)
+	defer tx.Rollback(context.Background())
+	wctx, hangUp := context.WithTimeout(context.Background(), 30*time.Second)
+	time.AfterFunc(200*time.Millisecond, hangUp)
+	if ok, err := st.Wait(wctx, key, newClaim(1)); !ok || err != nil {
+		t.Fatalf("Wait cut short: %v %v, want true", ok, err)
+	}
+	_, fl := st.Locks(key, c.Fingerprint)
+	waiting := func() (n int) {
+		err := db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE CONCAT('%GET_LOCK(''', ?, '%')", fl).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for deadline := time.Now().Add(500 * time.Millisecond); waiting() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter's session still waits on the server after it hung up")
+		}
+	}
+}
+
+// TestHangUpAfterClaim: the request's context ends (the client hung up)
+// after the claim while the handler goes on: the transaction is not the
+// request context's, so the handler's writes and the record commit
+// together.
+func TestHangUpAfterClaim(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	pay := newPayments(t, db)
+	key, c := newKey(), newClaim(1)
+	reqCtx, hangUp := context.WithCancel(context.Background())
+	res, tx, err := st.ClaimTx(reqCtx, key, c)
+	if err != nil || res.State != store.Claimed {
+		t.Fatalf("ClaimTx: %v %v", res.State, err)
+	}
+	ctx := tx.NewContext(context.WithoutCancel(reqCtx))
+	hangUp()
+	time.Sleep(20 * time.Millisecond) // (database/sql would roll back now, were it the transaction's context)
+	if err := pay.insert(ctx, mysql.Tx(ctx), key, "handler"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(context.WithoutCancel(reqCtx), record(c.Fingerprint, 201), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n := pay.count(t, key); n != 1 {
+		t.Fatalf("%d payments, want 1", n)
 	}
 }
