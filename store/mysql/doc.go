@@ -161,9 +161,19 @@
 // primary's sessions, as a crash does: claims in flight are taken over,
 // their uncommitted writes gone with them.
 //
+// # Durability
+//
+// A record is as durable as the COMMIT that keeps it: with
+// innodb_flush_log_at_trx_commit other than 1 a server crash can lose the
+// last second of commits, records and the handler's writes together (so
+// the retry runs again, once, and finds no trace of the first run), and a
+// failover to a replica that had not received them does the same.
+//
 // # What is checked at New
 //
-// That the table exists with the schema's columns (else an error that says
+// That the *sql.DB may open two connections at once (the check of the
+// named locks and every watchdog's KILL need one beside the request's),
+// that the table exists with the schema's columns (else an error that says
 // to run Migrate or apply SchemaSQL), that named locks are real and shared
 // (ErrLocksNotReal), and that the server is not a Galera node (ErrGalera).
 // New also warns, through log/slog's default logger, when the pool is

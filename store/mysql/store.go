@@ -89,6 +89,11 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if db.Stats().MaxOpenConnections == 1 {
+		// The check of the named locks, and every watchdog's KILL, need
+		// a second connection while one is held.
+		return nil, errors.New("idemkey: mysql: the *sql.DB is limited to one connection (SetMaxOpenConns(1)): the store needs at least two, and one per request served at once")
+	}
 	schema := cfg.schema
 	if schema == "" {
 		var cur sql.NullString

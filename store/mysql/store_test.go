@@ -69,6 +69,11 @@ func TestNewChecks(t *testing.T) {
 	if _, err := mysql.New(ctx, nil); err == nil {
 		t.Fatal("New with a nil db: nil error")
 	}
+	one := openDB(t, sharedURL(), 1)
+	start := time.Now()
+	if _, err := mysql.New(ctx, one, mysql.WithSweepInterval(0)); err == nil || !strings.Contains(err.Error(), "one connection") || time.Since(start) > time.Second {
+		t.Fatalf("New on a DB of one connection: %v after %v, want an error at once", err, time.Since(start))
+	}
 	if _, err := mysql.New(ctx, db, mysql.WithTxOptions(&sql.TxOptions{ReadOnly: true})); err == nil {
 		t.Fatal("New with read-only transactions: nil error")
 	}
