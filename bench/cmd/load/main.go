@@ -101,7 +101,7 @@ func main() {
 		redisAddr = flag.String("redis-addr", "", "internal: the Redis address for -serve")
 		pgURL     = flag.String("pg-url", "", "internal: the PostgreSQL URL for -serve")
 		pgFsync   = flag.Bool("pg-fsync", true, "run the PostgreSQL scenarios' cluster with fsync on, as in production (off: commits do not wait for the disk)")
-		mysqlURL  = flag.String("mysql-url", cmp.Or(os.Getenv("MYSQL_URL"), "mysql://root@127.0.0.1:3306/test"), "the MySQL or MariaDB server of the MySQL scenarios (a database is made on it for the run, and dropped)")
+		mysqlURL  = flag.String("mysql-url", "", "a MySQL or MariaDB server for the MySQL scenarios, as mysql://user@host:port/ (a database is made on it for the run, and dropped; it must allow the scenarios' connections, 4x the largest concurrency and more); default: a MariaDB the driver starts")
 		pgBouncer = flag.Bool("pg-bouncer", false, "reach the PostgreSQL scenarios' cluster through a PgBouncer in transaction mode (a server connection per connection of the largest concurrency), with pgx in exec mode")
 		pool      = flag.Int("pool", 64, "internal: go-redis pool size for -serve")
 		cacheSize = flag.Int("cache", 10_000, "records the idemkey-redis+cache scenario keeps in its local replay cache")
@@ -201,7 +201,12 @@ func main() {
 		}
 	}
 	if slices.ContainsFunc(scs, usesMySQL) {
-		if r.my, err = launchMySQL(*mysqlURL); err != nil {
+		if *mysqlURL != "" {
+			r.my, err = launchMySQL(*mysqlURL)
+		} else {
+			r.my, err = launchMariaDB()
+		}
+		if err != nil {
 			r.cleanup()
 			log.Fatalf("load: %v", err)
 		}

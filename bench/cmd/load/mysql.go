@@ -9,11 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -23,8 +27,9 @@ import (
 	"github.com/idemkey/idemkey/store/mysql"
 )
 
-// The MySQL scenarios: PostgreSQL's four, on the MySQL or MariaDB at
-// -mysql-url, in a database the driver makes for the run and drops after.
+// The MySQL scenarios: PostgreSQL's four, on a MariaDB the driver starts
+// for the run (or the MySQL or MariaDB at -mysql-url, in a database the
+// driver makes for the run and drops after).
 const (
 	// scMyBare: the handler in a transaction of its own, no idempotency.
 	scMyBare = "my-bare"
@@ -71,6 +76,95 @@ type mysqlRun struct {
 	name    string
 	pid     int // the server's process, for its CPU time; 0 when unknown
 	version string
+	own     *exec.Cmd // the server the driver started, when it did
+	dir     string    // its data directory
+}
+
+// launchMariaDB starts a MariaDB server of the run's own on a free
+// loopback port (every scenario's pool is dialled in full, more
+// connections than a default server allows), with its data in a
+// temporary directory, and makes the run's database on it.
+func launchMariaDB() (*mysqlRun, error) {
+	bin, install := findBin("mariadbd"), findBin("mariadb-install-db")
+	if bin == "" || install == "" {
+		return nil, errors.New("mariadbd and mariadb-install-db are not installed (or give -mysql-url)")
+	}
+	dir, err := os.MkdirTemp("", "idemkey-bench-mariadb-")
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--no-defaults", "--datadir=" + filepath.Join(dir, "data"), "--auth-root-authentication-method=normal", "--skip-test-db"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--user=root")
+	}
+	if out, err := exec.Command(install, args...).CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("mariadb-install-db: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	// As a production server would be: durable commits (the default
+	// innodb_flush_log_at_trx_commit=1), a buffer pool that holds the
+	// run's tables.
+	args = []string{"--no-defaults", "--datadir=" + filepath.Join(dir, "data"),
+		"--socket=" + filepath.Join(dir, "sock"), "--pid-file=" + filepath.Join(dir, "pid"),
+		"--log-error=" + filepath.Join(dir, "error.log"), "--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1",
+		"--skip-log-bin", "--innodb-buffer-pool-size=256M", "--max-connections=1000"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--user=root")
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	stop := func() { cmd.Process.Kill(); cmd.Wait(); os.RemoveAll(dir) }
+	server := fmt.Sprintf("mysql://root@127.0.0.1:%d/", port)
+	db, err := openMySQL(server, 1)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	defer db.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := db.PingContext(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("the run's MariaDB did not start: %w", err)
+		}
+	}
+	m, err := launchMySQL(server)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	m.own, m.dir, m.pid = cmd, dir, cmd.Process.Pid
+	return m, nil
+}
+
+// findBin returns the path of a server program, looked up in PATH and in
+// the directories Debian installs them in.
+func findBin(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/sbin", "/usr/bin", "/usr/local/bin"} {
+		if p := filepath.Join(dir, name); func() bool { _, err := os.Stat(p); return err == nil }() {
+			return p
+		}
+	}
+	return ""
 }
 
 // launchMySQL makes the run's database on the server at server (a
@@ -119,8 +213,15 @@ func launchMySQL(server string) (*mysqlRun, error) {
 	return m, nil
 }
 
-// Close drops the run's database.
+// Close drops the run's database, or stops the server the driver
+// started.
 func (m *mysqlRun) Close() {
+	if m.own != nil {
+		m.own.Process.Kill()
+		m.own.Wait()
+		os.RemoveAll(m.dir)
+		return
+	}
 	if admin, err := openMySQL(m.server, 1); err == nil {
 		admin.Exec("DROP DATABASE IF EXISTS " + m.name)
 		admin.Close()
