@@ -104,7 +104,7 @@ func TestMySQLShowDeleteStats(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	code, out, _ = idemctl("", "show", "--scope", "bob", "--key", "running")
-	if code != 0 || !strings.Contains(out, "in flight") || strings.Contains(out, "t1") {
+	if code != 0 || !strings.Contains(out, "in flight") || !strings.Contains(out, "alive") || strings.Contains(out, "t1") {
 		t.Errorf("the claim in flight (exit %d):\n%s", code, out)
 	}
 
