@@ -51,7 +51,14 @@ func start(t *testing.T, routes payments.Routes, env map[string]string, opts pay
 	env["ADDR"] = "127.0.0.1:0"
 	ready := make(chan payments.Addrs, 1)
 	opts.Ready = func(a payments.Addrs) { ready <- a }
-	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
+	out := &testOutput{w: t.Output()}
+	// Registered before the service's stop, so that it runs after it:
+	// what is logged once the test is over (a background release the
+	// middleware started for a lost reply, go-redis's process-wide
+	// logger, which the last service started points at its own) is
+	// dropped, not written to a test that has ended.
+	t.Cleanup(out.end)
+	logger := slog.New(slog.NewTextHandler(out, nil))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &service{t: t, cancel: cancel, done: make(chan error, 1),
@@ -248,4 +255,28 @@ func decodeInto[T any](t *testing.T, r reply) T {
 		t.Fatalf("body %s: %v", r.Body, err)
 	}
 	return v
+}
+
+// testOutput writes to a test's output until the test ends, and drops
+// what comes after: testing panics on a write to a test that has ended,
+// and goroutines a service started may outlive it.
+type testOutput struct {
+	mu    sync.Mutex
+	w     io.Writer
+	ended bool
+}
+
+func (o *testOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ended {
+		return len(p), nil
+	}
+	return o.w.Write(p)
+}
+
+func (o *testOutput) end() {
+	o.mu.Lock()
+	o.ended = true
+	o.mu.Unlock()
 }
