@@ -183,6 +183,19 @@ func (s *txSuite) freeWithin(key string, d time.Duration) time.Duration {
 	}
 }
 
+// paid claims a free key named name for a request whose claim lives ttl,
+// and makes the handler's write through its transaction. It returns the
+// key, the claim, the transaction, the context the handler runs with, and
+// the write's name.
+func (s *txSuite) paid(name string, ttl time.Duration) (string, store.Claim, store.Tx, context.Context, string) {
+	s.t.Helper()
+	key, c := s.key(name), newClaim(ttl)
+	tx, ctx := s.claimed(key, c)
+	id := randomHex(8)
+	s.write(ctx, id)
+	return key, c, tx, ctx, id
+}
+
 func newClaim(ttl time.Duration) store.Claim {
 	return store.Claim{Token: newToken(), Fingerprint: randomFP(), TTL: ttl}
 }
@@ -219,10 +232,7 @@ func txClaimHolds(s *txSuite) {
 }
 
 func txCommitKeeps(s *txSuite) {
-	key, c := s.key("commit"), newClaim(txLife)
-	tx, ctx := s.claimed(key, c)
-	id := randomHex(8)
-	s.write(ctx, id)
+	key, c, tx, _, id := s.paid("commit", txLife)
 	// Nothing is seen before the commit.
 	s.written(id, 0)
 	rec := newRecord(c.Fingerprint, "commit")
@@ -239,10 +249,7 @@ func txCommitKeeps(s *txSuite) {
 }
 
 func txRollbackReleases(s *txSuite) {
-	key, c := s.key("rollback"), newClaim(txLife)
-	tx, ctx := s.claimed(key, c)
-	id := randomHex(8)
-	s.write(ctx, id)
+	key, _, tx, _, id := s.paid("rollback", txLife)
 	if err := tx.Rollback(s.ctx); err != nil {
 		s.t.Fatalf("Rollback: %v", err)
 	}
@@ -251,10 +258,7 @@ func txRollbackReleases(s *txSuite) {
 }
 
 func txCrashIsTakenOver(s *txSuite) {
-	key, c := s.key("crash"), newClaim(txLife)
-	tx, ctx := s.claimed(key, c)
-	id := randomHex(8)
-	s.write(ctx, id)
+	key, c, tx, ctx, id := s.paid("crash", txLife)
 	if err := s.h.Kill(ctx); err != nil {
 		s.t.Fatalf("Kill: %v", err)
 	}
@@ -270,10 +274,7 @@ func txCrashIsTakenOver(s *txSuite) {
 
 func txLateCommitIsFenced(s *txSuite) {
 	const life = 300 * time.Millisecond
-	key, c := s.key("late"), newClaim(life)
-	tx, ctx := s.claimed(key, c)
-	id := randomHex(8)
-	s.write(ctx, id)
+	key, c, tx, _, id := s.paid("late", life)
 	time.Sleep(past(life))
 	// The next request gets the key once the claim's life is over...
 	next, nctx := s.claimed(key, newClaim(txLife))
@@ -292,10 +293,7 @@ func txLateCommitIsFenced(s *txSuite) {
 }
 
 func txHandlerCommitsThenKept(s *txSuite) {
-	key, c := s.key("own-commit"), newClaim(txLife)
-	tx, ctx := s.claimed(key, c)
-	id := randomHex(8)
-	s.write(ctx, id)
+	key, c, tx, ctx, id := s.paid("own-commit", txLife)
 	if err := s.h.End(ctx, true); err != nil {
 		s.t.Fatalf("the handler's own commit: %v", err)
 	}
@@ -313,10 +311,7 @@ func txHandlerCommitsThenKept(s *txSuite) {
 }
 
 func txHandlerCommitsThenFails(s *txSuite) {
-	key, c := s.key("own-commit-5xx"), newClaim(txLife)
-	tx, ctx := s.claimed(key, c)
-	id := randomHex(8)
-	s.write(ctx, id)
+	key, _, tx, ctx, id := s.paid("own-commit-5xx", txLife)
 	if err := s.h.End(ctx, true); err != nil {
 		s.t.Fatalf("the handler's own commit: %v", err)
 	}
@@ -332,10 +327,7 @@ func txHandlerCommitsThenFails(s *txSuite) {
 }
 
 func txHandlerRollsBack(s *txSuite) {
-	key, c := s.key("own-rollback"), newClaim(txLife)
-	tx, ctx := s.claimed(key, c)
-	id := randomHex(8)
-	s.write(ctx, id)
+	key, c, tx, ctx, id := s.paid("own-rollback", txLife)
 	if err := s.h.End(ctx, false); err != nil {
 		s.t.Fatalf("the handler's own rollback: %v", err)
 	}
