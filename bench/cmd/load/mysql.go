@@ -299,54 +299,40 @@ func openMySQL(rawURL string, size int) (*sql.DB, error) {
 	return db, nil
 }
 
-// myApp is app with one insert: the payment, made the way mode says.
-type myApp struct {
-	a    *app
-	db   *sql.DB
-	mode insertMode
-}
-
 const myInsertPayment = "INSERT INTO bench_payments (k, run, bytes) VALUES (?, ?, ?)"
 
 // myTypicalKey is the context key of my-typical's transaction.
 type myTypicalKey struct{}
 
-func (p *myApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	n, err := io.Copy(io.Discard, r.Body)
-	if err != nil {
-		http.Error(w, "body", http.StatusBadRequest)
-		return
-	}
-	ctx := r.Context()
-	key := r.Header.Get("Idempotency-Key")
-	run := p.a.runs.Add(1)
-	switch p.mode {
-	case ownTx:
-		var tx *sql.Tx
-		if tx, err = p.db.BeginTx(ctx, nil); err == nil {
-			if _, err = tx.ExecContext(ctx, myInsertPayment, key, run, n); err == nil {
-				err = tx.Commit()
-			} else {
-				tx.Rollback()
+// myInsert is how a MySQL scenario makes its insert: the way mode says,
+// on db.
+func myInsert(db *sql.DB, mode insertMode) func(ctx context.Context, key string, run, n int64) error {
+	return func(ctx context.Context, key string, run, n int64) error {
+		switch mode {
+		case ownTx:
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
 			}
+			if _, err := tx.ExecContext(ctx, myInsertPayment, key, run, n); err != nil {
+				tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		case autocommit:
+			_, err := db.ExecContext(ctx, myInsertPayment, key, run, n)
+			return err
+		case requestTx:
+			tx := mysql.Tx(ctx)
+			if tx == nil {
+				return errNoRequestTx
+			}
+			_, err := tx.ExecContext(ctx, myInsertPayment, key, run, n)
+			return err
 		}
-	case autocommit:
-		_, err = p.db.ExecContext(ctx, myInsertPayment, key, run, n)
-	case requestTx:
-		tx := mysql.Tx(ctx)
-		if tx == nil {
-			err = errors.New("no request transaction")
-			break
-		}
-		_, err = tx.ExecContext(ctx, myInsertPayment, key, run, n)
-	case typicalTx:
-		_, err = ctx.Value(myTypicalKey{}).(*sql.Tx).ExecContext(ctx, myInsertPayment, key, run, n)
+		_, err := ctx.Value(myTypicalKey{}).(*sql.Tx).ExecContext(ctx, myInsertPayment, key, run, n)
+		return err
 	}
-	if err != nil {
-		http.Error(w, "database: "+err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	p.a.answer(w, key, run, n)
 }
 
 // myTypical is pg-typical on MySQL: six round trips on a first run, three
@@ -452,9 +438,9 @@ func myHandler(sc string, a *app, rawURL string, poolSize int) (http.Handler, fu
 	closeFn := func() { db.Close() }
 	switch sc {
 	case scMyBare:
-		return &myApp{a: a, db: db, mode: ownTx}, closeFn, nil
+		return &sqlApp{a: a, insert: myInsert(db, ownTx)}, closeFn, nil
 	case scMyTypical:
-		return &myTypical{db: db, next: &myApp{a: a, db: db, mode: typicalTx}}, closeFn, nil
+		return &myTypical{db: db, next: &sqlApp{a: a, insert: myInsert(db, typicalTx)}}, closeFn, nil
 	}
 	// The claim budget is 1 s here, as for PostgreSQL (see pgHandler).
 	st, err := mysql.New(ctx, db, mysql.WithSweepInterval(0), mysql.WithCallTimeout(time.Second))
@@ -473,7 +459,7 @@ func myHandler(sc string, a *app, rawURL string, poolSize int) (http.Handler, fu
 		closeFn()
 		return nil, nil, err
 	}
-	return mw.Required()(&myApp{a: a, db: db, mode: mode}), closeFn, nil
+	return mw.Required()(&sqlApp{a: a, insert: myInsert(db, mode)}), closeFn, nil
 }
 
 // reportMySQL prints the MySQL scenarios' table and targets, reports

@@ -139,7 +139,7 @@ func newPgPool(url string, size int, trips *pgtest.Trips) (*pgxpool.Pool, error)
 	return pool, nil
 }
 
-// How a pgApp makes its insert.
+// How a SQL scenario makes its insert.
 type insertMode int
 
 const (
@@ -150,12 +150,11 @@ const (
 	requestSQLTx                       // the request's *sql.Tx, from postgres.SQLTx (idemkey-pg-sql)
 )
 
-// pgApp is app with one insert: the payment, made the way mode says,
-// before the same answer app gives.
-type pgApp struct {
-	a    *app
-	pool *pgxpool.Pool
-	mode insertMode
+// sqlApp is app with one insert, the payment, made by insert, before the
+// same answer app gives: the handler of every SQL scenario.
+type sqlApp struct {
+	a      *app
+	insert func(ctx context.Context, key string, run, n int64) error
 }
 
 const insertPayment = "INSERT INTO bench_payments (key, run, bytes) VALUES ($1, $2, $3)"
@@ -163,45 +162,55 @@ const insertPayment = "INSERT INTO bench_payments (key, run, bytes) VALUES ($1, 
 // typicalKey is the context key of pg-typical's transaction.
 type typicalKey struct{}
 
-func (p *pgApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *sqlApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n, err := io.Copy(io.Discard, r.Body)
 	if err != nil {
 		http.Error(w, "body", http.StatusBadRequest)
 		return
 	}
-	ctx := r.Context()
 	key := r.Header.Get("Idempotency-Key")
 	run := p.a.runs.Add(1)
-	switch p.mode {
-	case ownTx:
-		err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, insertPayment, key, run, n)
-			return err
-		})
-	case autocommit:
-		_, err = p.pool.Exec(ctx, insertPayment, key, run, n)
-	case requestTx:
-		tx := postgres.Tx(ctx)
-		if tx == nil {
-			err = errors.New("no request transaction")
-			break
-		}
-		_, err = tx.Exec(ctx, insertPayment, key, run, n)
-	case typicalTx:
-		_, err = ctx.Value(typicalKey{}).(pgx.Tx).Exec(ctx, insertPayment, key, run, n)
-	case requestSQLTx:
-		tx := postgres.SQLTx(ctx)
-		if tx == nil {
-			err = errors.New("no request transaction")
-			break
-		}
-		_, err = tx.ExecContext(ctx, insertPayment, key, run, n)
-	}
-	if err != nil {
+	if err := p.insert(r.Context(), key, run, n); err != nil {
 		http.Error(w, "database: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	p.a.answer(w, key, run, n)
+}
+
+// errNoRequestTx is the insert's error when the middleware gave the
+// handler no transaction.
+var errNoRequestTx = errors.New("no request transaction")
+
+// pgInsert is how a PostgreSQL scenario makes its insert: the way mode
+// says, on pool.
+func pgInsert(pool *pgxpool.Pool, mode insertMode) func(ctx context.Context, key string, run, n int64) error {
+	return func(ctx context.Context, key string, run, n int64) error {
+		var err error
+		switch mode {
+		case ownTx:
+			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, insertPayment, key, run, n)
+				return err
+			})
+		case autocommit:
+			_, err = pool.Exec(ctx, insertPayment, key, run, n)
+		case requestTx:
+			tx := postgres.Tx(ctx)
+			if tx == nil {
+				return errNoRequestTx
+			}
+			_, err = tx.Exec(ctx, insertPayment, key, run, n)
+		case typicalTx:
+			_, err = ctx.Value(typicalKey{}).(pgx.Tx).Exec(ctx, insertPayment, key, run, n)
+		case requestSQLTx:
+			tx := postgres.SQLTx(ctx)
+			if tx == nil {
+				return errNoRequestTx
+			}
+			_, err = tx.ExecContext(ctx, insertPayment, key, run, n)
+		}
+		return err
+	}
 }
 
 // answer writes the SQL scenarios' 201: the payment made for key by run,
@@ -323,9 +332,9 @@ func pgHandler(sc string, a *app, url string, poolSize int, trips *pgtest.Trips)
 	closeFn := pool.Close
 	switch sc {
 	case scPgBare:
-		return &pgApp{a: a, pool: pool, mode: ownTx}, closeFn, nil
+		return &sqlApp{a: a, insert: pgInsert(pool, ownTx)}, closeFn, nil
 	case scPgTypical:
-		return &pgTypical{pool: pool, next: &pgApp{a: a, pool: pool, mode: typicalTx}}, closeFn, nil
+		return &pgTypical{pool: pool, next: &sqlApp{a: a, insert: pgInsert(pool, typicalTx)}}, closeFn, nil
 	}
 	// At 64 connections the two cores are saturated and every scenario's
 	// p99 reaches 200 to 300 ms (pg-typical's included); under the
@@ -349,7 +358,7 @@ func pgHandler(sc string, a *app, url string, poolSize int, trips *pgtest.Trips)
 		closeFn()
 		return nil, nil, err
 	}
-	return mw.Required()(&pgApp{a: a, pool: pool, mode: mode}), closeFn, nil
+	return mw.Required()(&sqlApp{a: a, insert: pgInsert(pool, mode)}), closeFn, nil
 }
 
 // splitFunc splits scenarios into those f reports and the others, each in
@@ -460,5 +469,5 @@ func pgSQLHandler(a *app, url string, poolSize int, trips *pgtest.Trips) (http.H
 		closeFn()
 		return nil, nil, err
 	}
-	return mw.Required()(&pgApp{a: a, mode: requestSQLTx}), closeFn, nil
+	return mw.Required()(&sqlApp{a: a, insert: pgInsert(nil, requestSQLTx)}), closeFn, nil
 }
