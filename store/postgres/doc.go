@@ -161,6 +161,15 @@
 // pooler's pool as the store's (below). A pooler that multiplexes the
 // transaction's statements across server connections is not supported.
 //
+// Behind such a pooler, a handler must not prepare statements by name on
+// the request's transaction: not with the pgx face's Prepare (the store
+// closes that connection at the request's end, but the pooler keeps the
+// server connection, statement and all), nor on the database/sql face with
+// the *sql.Tx's PrepareContext or Stmt (or GORM's PrepareStmt), which
+// database/sql closes only after the COMMIT, when the pooler may already
+// have handed the server connection to another client. Unnamed statements
+// (exec mode, as above) leave nothing behind.
+//
 // # Statements and round trips
 //
 //	path                                  round trips
