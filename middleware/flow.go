@@ -341,8 +341,10 @@ func (a *attempt) run() {
 // handlerContext returns the context the handler runs under: the
 // request's, bounded by the route's deadline from the claim. A request
 // whose context already ends by then keeps its own (with its own, earlier
-// deadline): a context of the route's deadline would add a timer that
-// could never fire first.
+// deadline), which spares a child context and its place among the
+// parent's children; it is then cancelled when net/http cancels the
+// request's, once the middleware has returned, not the moment the handler
+// does.
 func (a *attempt) handlerContext() (context.Context, context.CancelFunc) {
 	ctx := a.r.Context()
 	deadline := a.start.Add(a.h.route.Deadline)

@@ -206,7 +206,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	if err != nil {
 		return err
 	}
-	reply, err := s.run(ctx, completeScript, s.name(key), ownerPrefix(token), val, ms, s.hub.channel)
+	reply, err := s.run(ctx, completeScript, s.name(key), ownerPrefix(token), val, ms, s.hub.arg)
 	if err == nil && reply == int64(2) {
 		return unavailable("complete", errHeldInstead)
 	}
@@ -231,7 +231,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 
 // release is Release of the Redis key name.
 func (s *Store) release(ctx context.Context, name, token string) error {
-	reply, err := s.run(ctx, releaseScript, name, ownerPrefix(token), s.hub.channel)
+	reply, err := s.run(ctx, releaseScript, name, ownerPrefix(token), s.hub.arg)
 	return ownerResult("release", reply, err)
 }
 

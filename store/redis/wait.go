@@ -36,6 +36,12 @@ const (
 // there, and polls.
 const lapseMargin = 20 * time.Millisecond
 
+// wakeRecheck bounds one Wait: a message that never comes (an instance of
+// an earlier version, whose scripts publish nothing; a user who may
+// subscribe but not publish; a message the cluster bus lost) costs the
+// waiter at most this long before it claims again, as polling would.
+const wakeRecheck = time.Second
+
 // Wait implements store.Waiter: it returns true when the claim in flight
 // for c's request on key has been kept or released, on any instance, or
 // when its life has ended, or when ctx is done; the caller then claims
@@ -55,6 +61,9 @@ func (s *Store) Wait(ctx context.Context, key string, c store.Claim) (bool, erro
 		return ctx.Err() != nil, nil
 	}
 	defer s.hub.remove(name, e)
+	if ctx.Err() != nil {
+		return true, nil // ended while the subscription was made
+	}
 	// Registered before the key is read: a publish after the read wakes e.
 	life, err := s.inFlightLife(ctx, name, c)
 	switch {
@@ -68,7 +77,7 @@ func (s *Store) Wait(ctx context.Context, key string, c store.Claim) (bool, erro
 	case life < 0:
 		return false, nil // past its own expiry: poll it
 	}
-	t := time.NewTimer(life + lapseMargin)
+	t := time.NewTimer(min(life+lapseMargin, wakeRecheck))
 	defer t.Stop()
 	select {
 	case <-e.ch:
@@ -135,7 +144,12 @@ func (s *Store) inFlightLife(ctx context.Context, name string, c store.Claim) (t
 type hub struct {
 	client  goredis.UniversalClient
 	channel string
+	arg     any           // channel, as the scripts' argument (boxed once)
 	budget  time.Duration // how long a Wait waits for the first subscription
+	// off: the client cannot hold the subscription (a Ring subscribes on
+	// one shard, and panics when it finds none up), so Wait answers false
+	// and the middleware polls.
+	off bool
 
 	mu      sync.Mutex
 	running bool          // the subscription's goroutine runs
@@ -161,13 +175,18 @@ type waitEntry struct {
 }
 
 func newHub(client goredis.UniversalClient, channel string, budget time.Duration) *hub {
-	return &hub{client: client, channel: channel, budget: budget, ready: make(chan struct{}), keys: make(map[string]*waitEntry)}
+	_, ring := client.(*goredis.Ring)
+	return &hub{client: client, channel: channel, arg: channel, budget: budget, off: ring,
+		ready: make(chan struct{}), keys: make(map[string]*waitEntry)}
 }
 
 // add registers a waiter on name once the hub is subscribed, starting the
 // subscription if it is not running. It reports false when the hub is not
 // subscribed and cannot be within the budget (or ctx).
 func (h *hub) add(ctx context.Context, name string) (*waitEntry, bool) {
+	if h.off {
+		return nil, false
+	}
 	var timeout <-chan time.Time
 	for {
 		h.mu.Lock()
@@ -303,6 +322,7 @@ func (h *hub) run() {
 	defer func() { ps.Close() }()
 	quiet := 0 // pings unanswered in a row
 	pause := hubRetryMin
+	checked := time.Now() // when stop was last asked, while messages flow
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, hubPing)
 		if err != nil {
@@ -333,10 +353,13 @@ func (h *hub) run() {
 				quiet = 0
 				h.setState(hubDown)
 			default:
-				// The connection failed. The first attempt to subscribe
-				// again goes at once (a restarted server is often back
-				// already, and waiters registered meanwhile wake only
+				// The connection failed, or the subscription met what it
+				// cannot go on from: subscribe on a new connection. The
+				// first attempt goes at once (a restarted server is often
+				// back already, and waiters registered meanwhile wake only
 				// when it succeeds); the next ones back off.
+				ps.Close()
+				ps = h.client.Subscribe(ctx, h.channel)
 				if h.setState(hubDown) == hubUp {
 					pause = hubRetryMin
 					continue
@@ -353,6 +376,15 @@ func (h *hub) run() {
 		switch m := msg.(type) {
 		case *goredis.Message:
 			h.wake(m.Payload)
+			// Every keep and release of the fleet comes here: with
+			// messages flowing the receive never times out, so ask stop
+			// as often as a quiet hub would.
+			if time.Since(checked) >= hubPing {
+				checked = time.Now()
+				if h.stop() {
+					return
+				}
+			}
 		case *goredis.Subscription:
 			if m.Kind == "subscribe" {
 				h.setState(hubUp)

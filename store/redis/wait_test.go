@@ -414,3 +414,26 @@ func wakesAfterOutage(t *testing.T, st *redis.Store, within time.Duration) {
 		return
 	}
 }
+
+// TestWaitRing: a Ring cannot hold the one subscription (its SUBSCRIBE
+// goes to one shard, and panics when none is up): Wait answers false at
+// once, so that the middleware polls, on a live ring and a closed one.
+func TestWaitRing(t *testing.T) {
+	m := newMini(t)
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": m.Addr()}})
+	st := newStore(t, ring)
+	key := newKey()
+	mustClaim(t, st, key, newClaim(1), store.Claimed)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, closed := range []bool{false, true} {
+		if closed {
+			ring.Close()
+		}
+		var ok bool
+		var err error
+		if d := timed(func() { ok, err = st.Wait(ctx, key, newClaim(1)) }); ok || err != nil || d > wakeBound {
+			t.Fatalf("Wait on a ring (closed %v) = %v, %v after %v; want false at once", closed, ok, err, d)
+		}
+	}
+}
