@@ -69,6 +69,15 @@
 // uses the transactional flow (ClaimTx) whenever the store has it. Plain
 // and transactional claims on one table never both hold a key.
 //
+// A transaction the server rolls back by itself (a deadlock's victim)
+// takes the claim's row with it while database/sql still holds the
+// *sql.Tx open, and each statement the handler sends after that commits
+// on its own. The store notices at the request's end (the keep finds no
+// row, the savepoint is gone, or, before a rollback, a read of the row):
+// it then holds the key, a claim in flight committed for 24 hours, as
+// after the handler's own commit, and answers 503, rather than free it
+// for a retry that would make those writes again.
+//
 // # What a claim holds
 //
 // A transactional claim holds the key with two named locks (GET_LOCK) on
@@ -114,7 +123,7 @@
 //	handler's statements               1 each without arguments; the driver sends one with arguments as prepare and execute (2) unless interpolateParams is set
 //	Tx.Commit                          2  the fenced UPDATE that keeps the record, COMMIT; then 2 not waited for (see below)
 //	Tx.Commit of a kept 4xx            3  ROLLBACK TO SAVEPOINT first
-//	Tx.Rollback                        2  ROLLBACK; one statement that lets go of the locks and checks the claim is not committed; then 1 not waited for
+//	Tx.Rollback                        3  a read that the claim's row is still the transaction's; ROLLBACK; one statement that lets go of the locks and checks the claim is not committed; then 1 not waited for
 //	ClaimTx: replay, in flight, reused 1  the row read (and the locks tried, for a claim in flight)
 //	Claim (plain): first run           2  the same row read with the locks; the claim's INSERT or UPDATE, committed; then the locks let go of, not waited for
 //	Claim (plain): replay, in flight   1

@@ -184,7 +184,7 @@ func TestRoundTrips(t *testing.T) {
 	if _, tx, _ = st.ClaimTx(ctx, key3, c3); tx == nil {
 		t.Fatal("no claim")
 	}
-	check("Tx.Rollback", 2, 1, func() {
+	check("Tx.Rollback", 3, 1, func() {
 		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}

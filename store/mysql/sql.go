@@ -137,6 +137,23 @@ func (q statements) insert(key, token string, fp [32]byte, lifeUS int64) string 
 		strLit(key) + ", " + strLit(token) + ", " + hexLit(fp[:]) + ", " + nowUS + ", " + nowUS + " + " + intLit(lifeUS) + ")"
 }
 
+// hold writes a claim in flight for token with a life of lifeUS, over
+// whatever row the key has (the caller holds the key's named locks): the
+// key stays held for a request whose transaction the server rolled back
+// by itself.
+func (q statements) hold(key, token string, fp [32]byte, lifeUS int64) string {
+	return q.insert(key, token, fp, lifeUS) + " ON DUPLICATE KEY UPDATE token = VALUES(token), fingerprint = VALUES(fingerprint)," +
+		" created_us = VALUES(created_us), expires_us = VALUES(expires_us), status = NULL, header = NULL, body = NULL," +
+		" body_omitted = NULL, completed_us = NULL"
+}
+
+// mine reports whether the claim of token is in flight on the key as the
+// statement sees it: inside the request's transaction, its own row, not
+// yet committed.
+func (q statements) mine(key, token string) string {
+	return "SELECT EXISTS (SELECT 1 FROM " + q.t + " WHERE k = " + strLit(key) + " AND token = " + strLit(token) + " AND status IS NULL)"
+}
+
 // takeover claims a key whose row's life is over. It changes the token
 // (always: the claim's token is fresh, or its created_us moves), so one
 // row is affected exactly when it took the key, with or without the DSN's

@@ -335,7 +335,15 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 				secs := strconv.FormatFloat(wait.Seconds()/2, 'f', 3, 64)
 				_, err := conn.ExecContext(ctx, "DO IF(GET_LOCK('"+fl+"', "+secs+") = 1,"+
 					" IF(GET_LOCK('"+kl+"', "+secs+") = 1, RELEASE_LOCK('"+kl+"'), 0) + RELEASE_LOCK('"+fl+"'), 0)")
-				conn.Close()
+				if err != nil {
+					// The statement may have taken a lock before it
+					// failed, or go on waiting on the server past a
+					// cancelled context: the session goes, not back to
+					// the pool.
+					s.discard(conn, r.connID)
+				} else {
+					conn.Close()
+				}
 				if err != nil && !connLost(ctx, err) {
 					return store.Result{}, unavailable("claim", err)
 				}

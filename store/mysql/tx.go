@@ -124,7 +124,7 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 		case gotBoth:
 			tx, claimed, err := s.begin(ctx, callCtx, conn, r, key, c, life)
 			switch {
-			case err != nil && (connLost(callCtx, err) || isNumber(err, errDupKey) || isNumber(err, errLockDeadlock)):
+			case err != nil && (connLost(callCtx, err) || isNumber(err, errLockDeadlock)):
 				lastErr = err
 				continue
 			case err != nil:
@@ -195,7 +195,7 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 			return fail(err)
 		}
 	}
-	t := &requestTx{s: s, conn: conn, tx: tx, cancel: txCancel, key: key, token: c.Token, life: c.TTL, connID: r.connID}
+	t := &requestTx{s: s, conn: conn, tx: tx, cancel: txCancel, key: key, token: c.Token, fp: c.Fingerprint, life: c.TTL, connID: r.connID}
 	t.watch(c.TTL)
 	return t, true, nil
 }
@@ -256,6 +256,7 @@ type requestTx struct {
 	cancel context.CancelFunc // the transaction's context
 	key    string
 	token  string
+	fp     [32]byte      // the claim's fingerprint
 	life   time.Duration // the claim's
 	connID int64         // the session's, for KILL
 
@@ -359,8 +360,12 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 		case errors.Is(err, sql.ErrTxDone):
 			return t.commitOutside(ctx, rec, header, ret)
 		case isNumber(err, errNoSuchSavepoint):
-			// A statement of the handler committed the transaction
-			// (DDL, or COMMIT sent as SQL): its writes are in.
+			// The savepoint's transaction has ended: a statement of the
+			// handler committed it (DDL, or COMMIT sent as SQL: its
+			// writes are in), or the server rolled it back.
+			if t.rowLost(ctx) {
+				return t.lost(ctx, "commit")
+			}
 			t.tx.Rollback()
 			return t.commitOutside(ctx, rec, header, ret)
 		case err != nil:
@@ -383,6 +388,8 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 			// transaction with it).
 			t.abort(ctx)
 			return unavailable("commit", err)
+		case n != 1 && t.rowLost(ctx):
+			return t.lost(ctx, "commit")
 		case n != 1:
 			// Fenced: the claim's life is over. Keep nothing.
 			t.abort(ctx)
@@ -461,6 +468,9 @@ func (t *requestTx) Rollback(ctx context.Context) error {
 		t.s.discard(t.conn, t.connID)
 		return nil
 	}
+	if t.key != "" && t.rowLost(ctx) {
+		return t.lost(ctx, "rollback")
+	}
 	if _, err := t.tx.ExecContext(ctx, rollbackChain); err != nil && !errors.Is(err, sql.ErrTxDone) {
 		t.tx.Rollback()
 		t.s.discard(t.conn, t.connID)
@@ -482,6 +492,39 @@ func (t *requestTx) Rollback(ctx context.Context) error {
 		return unavailable("rollback", errEndedOutside)
 	}
 	return nil
+}
+
+// errLost is what Commit and Rollback report for a request whose
+// transaction the server rolled back by itself.
+var errLost = errors.New("the server rolled the request's transaction back by itself (a deadlock's victim?), its claim with it; what the handler sent after that may have committed on its own, so the key is held for " + holdLife.String() + " instead of being freed for a retry")
+
+// rowLost reports whether the request's transaction no longer holds the
+// claim's row although neither the store nor the handler ended it: the
+// server rolled it back by itself (a deadlock's victim). database/sql
+// still holds the *sql.Tx open then, and each statement the handler sent
+// after it committed on its own, outside any transaction.
+func (t *requestTx) rowLost(ctx context.Context) bool {
+	var mine bool
+	err := t.tx.QueryRowContext(ctx, t.s.sql.mine(t.key, t.token)).Scan(&mine)
+	return err == nil && !mine
+}
+
+// lost ends a request whose transaction the server rolled back by itself
+// (rowLost): the key is held, a claim in flight committed for holdLife,
+// as after the handler's own commit, rather than freed for a retry that
+// could make again what the handler wrote since. It reports errLost.
+func (t *requestTx) lost(ctx context.Context, op string) error {
+	_, err := t.tx.ExecContext(ctx, "ROLLBACK") // plainly: the hold commits on its own
+	if err == nil {
+		_, err = t.conn.ExecContext(ctx, t.s.sql.hold(t.key, t.token, t.fp, microsOf(holdLife+t.life)))
+	}
+	if err != nil {
+		t.tx.Rollback()
+		t.s.discard(t.conn, t.connID)
+		return unavailable(op, fmt.Errorf("%w; holding the key failed: %w", errLost, err))
+	}
+	t.s.letGo(t.conn, t.connID, t.tx)
+	return unavailable(op, errLost)
 }
 
 // abort rolls the transaction back and lets go of the claim's locks; on

@@ -5,10 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/mysql"
@@ -728,4 +731,97 @@ func TestHangUpAfterClaim(t *testing.T) {
 	if n := pay.count(t, key); n != 1 {
 		t.Fatalf("%d payments, want 1", n)
 	}
+}
+
+// TestDeadlockInTheHandler: a statement of the handler is chosen as a
+// deadlock's victim, and InnoDB rolls the request's whole transaction
+// back (the claim's row and the savepoint with it) while database/sql
+// still holds the *sql.Tx open. A handler that goes on (a retry of the
+// statement, a best-effort write) must not write on its own, outside any
+// transaction: whether it then answers 201, a kept 4xx or a 5xx, its
+// writes are undone and the key is free, or they are kept with the record;
+// never written and freed.
+func TestDeadlockInTheHandler(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	pay := newPayments(t, db)
+	locks := "idemkey_dl_" + randomHex(6)
+	if _, err := db.Exec("CREATE TABLE `" + locks + "` (id INT PRIMARY KEY, n INT) ENGINE=InnoDB"); err != nil {
+		t.Fatal(err)
+	}
+	dropOnCleanup(t, db, locks)
+	if _, err := db.Exec("INSERT INTO `" + locks + "` VALUES (1, 0), (2, 0)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		end  func(tx store.Tx) error
+	}{
+		{"201", func(tx store.Tx) error { return tx.Commit(context.Background(), record([32]byte{1}, 201), time.Hour) }},
+		{"kept 4xx", func(tx store.Tx) error { return tx.Commit(context.Background(), record([32]byte{1}, 404), time.Hour) }},
+		{"5xx", func(tx store.Tx) error { return tx.Rollback(context.Background()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			key, c := newKey(), newClaim(1)
+			rctx, tx := claimTx(t, st, key, c)
+			sqlTx := mysql.Tx(rctx)
+			if _, err := sqlTx.ExecContext(ctx, "UPDATE `"+locks+"` SET n = n + 1 WHERE id = 1"); err != nil {
+				t.Fatal(err)
+			}
+			// Another transaction, heavier (so that InnoDB picks the
+			// request's as the victim), holds row 2 and waits for row 1.
+			other, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Rollback()
+			for i := range 20 {
+				if err := pay.insert(ctx, other, "heavier-"+strconv.Itoa(i), "other"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := other.ExecContext(ctx, "UPDATE `"+locks+"` SET n = n + 1 WHERE id = 2"); err != nil {
+				t.Fatal(err)
+			}
+			waited := make(chan error, 1)
+			go func() {
+				_, err := other.ExecContext(ctx, "UPDATE `"+locks+"` SET n = n + 1 WHERE id = 1")
+				waited <- err
+			}()
+			time.Sleep(100 * time.Millisecond) // the other waits on row 1
+			_, err = sqlTx.ExecContext(ctx, "UPDATE `"+locks+"` SET n = n + 1 WHERE id = 2")
+			if !isDeadlock(err) {
+				t.Fatalf("the handler's statement: %v, want a deadlock (1213)", err)
+			}
+			if err := <-waited; err != nil {
+				t.Fatalf("the other transaction: %v", err)
+			}
+			other.Rollback()
+			// The handler goes on and writes.
+			if err := pay.insert(ctx, sqlTx, key, "after the deadlock"); err != nil {
+				t.Fatalf("the handler's write after the deadlock: %v", err)
+			}
+			tc.end(tx)
+			written := pay.count(t, key)
+			res, again, err := st.ClaimTx(ctx, key, newClaim(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again != nil {
+				again.Rollback(ctx)
+			}
+			if written != 0 && res.State == store.Claimed {
+				t.Fatalf("after a deadlock and %s: %d payments committed and the key free for a second run", tc.name, written)
+			}
+			t.Logf("after a deadlock and %s: %d payments, the key %v", tc.name, written, res.State)
+			noLocks(t, db, st, key, c.Fingerprint)
+		})
+	}
+}
+
+// isDeadlock reports a deadlock (1213).
+func isDeadlock(err error) bool {
+	var myErr *gomysql.MySQLError
+	return errors.As(err, &myErr) && myErr.Number == 1213
 }
