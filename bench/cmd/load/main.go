@@ -105,7 +105,7 @@ func main() {
 		pgBouncer = flag.Bool("pg-bouncer", false, "reach the PostgreSQL scenarios' cluster through a PgBouncer in transaction mode (a server connection per connection of the largest concurrency), with pgx in exec mode")
 		pool      = flag.Int("pool", 64, "internal: go-redis pool size for -serve")
 		cacheSize = flag.Int("cache", 10_000, "records the idemkey-redis+cache scenario keeps in its local replay cache")
-		profile   = flag.String("cpuprofile", "", "write each server process's CPU profile to this directory, as SCENARIO.pprof")
+		profile   = flag.String("cpuprofile", "", "write each server process's CPU profile, from the end of the warm-up on, to this directory, as SCENARIO.pprof")
 		phasesF   = flag.String("phases", "first,replay", "phases to run: first (fresh keys), replay (repeated keys)")
 		svgPath   = flag.String("svg", "load-targets.svg", `write the targets' ratios as an SVG bar chart to this file; "" writes none`)
 	)
@@ -246,6 +246,14 @@ func main() {
 		if _, err := r.cell(sc, maxConns, fresh, "warm", time.Second); err != nil {
 			r.cleanup()
 			log.Fatalf("load: warm-up of %s: %v", sc, err)
+		}
+	}
+	if *profile != "" {
+		for _, sc := range scs {
+			if err := r.servers[sc].startProfile(); err != nil {
+				r.cleanup()
+				log.Fatalf("load: profile of %s: %v", sc, err)
+			}
 		}
 	}
 	results := map[cellKey]*cellAgg{}
@@ -563,6 +571,20 @@ func (p *serverProc) stats() (serverStats, error) {
 	}
 	defer resp.Body.Close()
 	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// startProfile starts the server's CPU profile (-cpuprofile).
+func (p *serverProc) startProfile() error {
+	resp, err := p.client.Post("http://"+p.ctl+"/profile", "", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return nil
 }
 
 // machineInfo describes where the run ran.

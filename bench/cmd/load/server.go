@@ -180,17 +180,37 @@ func serve(sc, redisAddr, pgURL string, poolSize, cacheSize int, profile string)
 		return err
 	}
 	defer closeFn()
-	if profile != "" {
+	// The CPU profile starts when the driver asks for it, after the
+	// warm-up, so that it holds the measured cells alone.
+	var prof struct {
+		sync.Mutex
+		f *os.File
+	}
+	startProfile := func() error {
+		prof.Lock()
+		defer prof.Unlock()
+		if prof.f != nil {
+			return nil
+		}
 		f, err := os.Create(profile)
 		if err != nil {
 			return err
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
 			return err
 		}
-		defer f.Close()
-		defer pprof.StopCPUProfile()
+		prof.f = f
+		return nil
 	}
+	defer func() {
+		prof.Lock()
+		defer prof.Unlock()
+		if prof.f != nil {
+			pprof.StopCPUProfile()
+			prof.f.Close()
+		}
+	}()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -205,6 +225,15 @@ func serve(sc, redisAddr, pgURL string, poolSize, cacheSize int, profile string)
 	ctlMux := http.NewServeMux()
 	ctlMux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(serverStats{Runs: a.runs.Load(), CPUNs: processCPU(), Sent: counter.snapshot(), PGTrips: trips.Count()})
+	})
+	ctlMux.HandleFunc("POST /profile", func(w http.ResponseWriter, r *http.Request) {
+		if profile == "" {
+			http.Error(w, "no -cpuprofile", http.StatusConflict)
+			return
+		}
+		if err := startProfile(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
 	})
 	go http.Serve(ctl, ctlMux)
 	fmt.Printf("ready %s %s\n", ln.Addr(), ctl.Addr())
