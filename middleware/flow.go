@@ -169,7 +169,7 @@ func (a *attempt) decide(o claimOutcome) {
 			// nothing landed, and nothing runs (not even fail-open: the
 			// store is up).
 			ev.Kind = EventStoreFull
-			m.refuse(a.w, a.r, ev, problemUnavailable, 1)
+			a.refuse(ev, problemUnavailable, 1)
 			return
 		}
 		// The claim may have landed before the failure; free it if so.
@@ -186,7 +186,7 @@ func (a *attempt) decide(o claimOutcome) {
 			a.runOpen()
 			return
 		}
-		m.refuse(a.w, a.r, ev, problemUnavailable, 1)
+		a.refuse(ev, problemUnavailable, 1)
 		return
 	}
 	res := o.res
@@ -195,7 +195,7 @@ func (a *attempt) decide(o claimOutcome) {
 		if o.own == nil {
 			ev.Kind, ev.Err = EventStoreError, errors.New("idemkey: middleware: transactional store claimed without a transaction")
 			m.releaseAbandoned(a.r, a.skey, a.claim.Token, a.digest)
-			m.refuse(a.w, a.r, ev, problemUnavailable, 1)
+			a.refuse(ev, problemUnavailable, 1)
 			return
 		}
 		a.own = o.own
@@ -205,7 +205,7 @@ func (a *attempt) decide(o claimOutcome) {
 	case store.Completed:
 		if res.Record == nil {
 			ev.Kind, ev.Err = EventStoreError, errors.New("idemkey: middleware: store answered completed without a record")
-			m.refuse(a.w, a.r, ev, problemUnavailable, 1)
+			a.refuse(ev, problemUnavailable, 1)
 			return
 		}
 		if m.cache != nil {
@@ -215,7 +215,7 @@ func (a *attempt) decide(o claimOutcome) {
 	case store.InFlight:
 		if res.Fingerprint != a.claim.Fingerprint {
 			ev.Kind = EventKeyReused
-			m.refuse(a.w, a.r, ev, problemKeyReused, 0)
+			a.refuse(ev, problemKeyReused, 0)
 			return
 		}
 		if m.cfg.wait > 0 {
@@ -226,10 +226,10 @@ func (a *attempt) decide(o claimOutcome) {
 			}
 		}
 		ev.Kind = EventInFlight
-		m.refuse(a.w, a.r, ev, problemConflict, a.h.retryAfter(res, time.Now()))
+		a.refuse(ev, problemConflict, a.h.retryAfter(res, time.Now()))
 	default:
 		ev.Kind, ev.Err = EventStoreError, errors.New("idemkey: middleware: store answered an unknown claim state")
-		m.refuse(a.w, a.r, ev, problemUnavailable, 1)
+		a.refuse(ev, problemUnavailable, 1)
 	}
 }
 
@@ -332,7 +332,7 @@ func (a *attempt) run() {
 			// The transaction did not commit: the response must not go
 			// out. Nothing was sent yet.
 			cw.replace()
-			m.refuse(a.w, a.r, a.event(0), problemUnavailable, 1)
+			a.refuse(a.event(0), problemUnavailable, 1)
 		}
 	}
 	cw.finish()
@@ -392,7 +392,7 @@ func (a *attempt) streaming(cw *capture) bool {
 		return true
 	}
 	cw.replace()
-	a.h.m.refuse(a.w, a.r, a.event(0), problemUnavailable, 1)
+	a.refuse(a.event(0), problemUnavailable, 1)
 	return false
 }
 
@@ -507,6 +507,17 @@ func (m *Middleware) releaseAbandoned(r *http.Request, skey, token, digest strin
 // refuse writes one of the middleware's problems and reports ev (when its
 // Kind is set), with the problem's status.
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, ev Event, p idemkey.Problem, retryAfter int) {
+	m.refuseWithID(w, r, ev, p, retryAfter, "")
+}
+
+// refuse is Middleware.refuse for the attempt's request, whose new request
+// id (when it needs one) was made with its owner token.
+func (a *attempt) refuse(ev Event, p idemkey.Problem, retryAfter int) {
+	a.h.m.refuseWithID(a.w, a.r, ev, p, retryAfter, a.id)
+}
+
+// refuseWithID is refuse, with fresh as for requestID.
+func (m *Middleware) refuseWithID(w http.ResponseWriter, r *http.Request, ev Event, p idemkey.Problem, retryAfter int, fresh string) {
 	p.RetryAfter = retryAfter
 	if ev.Kind != 0 {
 		if ev.Status == 0 {
@@ -514,7 +525,7 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, ev Event, p 
 		}
 		m.emit(r, ev)
 	}
-	m.setRequestID(w, r, nil, "")
+	m.setRequestID(w, r, nil, fresh)
 	m.cfg.errorWriter(w, r, p)
 }
 

@@ -44,7 +44,7 @@ func (m *Middleware) cached(w http.ResponseWriter, r *http.Request, skey string,
 func (m *Middleware) completed(w http.ResponseWriter, r *http.Request, rec *store.Record, fp [32]byte, ev Event, fresh string) {
 	if rec.Fingerprint != fp {
 		ev.Kind = EventKeyReused
-		m.refuse(w, r, ev, problemKeyReused, 0)
+		m.refuseWithID(w, r, ev, problemKeyReused, 0, fresh)
 		return
 	}
 	m.replay(w, r, rec, ev, fresh)
