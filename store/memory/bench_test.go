@@ -245,6 +245,13 @@ func BenchmarkWaitWake(b *testing.B) {
 		}
 		done := time.Now()
 		total += (<-woke).Sub(done)
+		// Free the entry, so that the store's bound on entries is never
+		// what ends the benchmark.
+		if e, ok, err := s.Inspect(ctx, key); err != nil || !ok {
+			b.Fatal(ok, err)
+		} else if deleted, err := s.Delete(ctx, key, e); err != nil || !deleted {
+			b.Fatal(deleted, err)
+		}
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns-to-wake")
 }
