@@ -41,9 +41,46 @@ type Store struct {
 	stop      chan struct{}
 	stopOnce  sync.Once
 	sweepDone chan struct{}
-	// bg counts the work left to run in the background (letting go of a
+	// bg runs the work left to do in the background (letting go of a
 	// claim's locks after its commit): Close waits for it.
-	bg sync.WaitGroup
+	bg background
+}
+
+// background runs work in goroutines of its own until it is closed, and
+// after that in the caller's: work that a request hands over while the
+// Store closes (letting go of its named locks) is neither lost nor left
+// running once Close has returned.
+type background struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// run runs f in the background, or, once b is closed, before it returns.
+func (b *background) run(f func()) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		f()
+		return
+	}
+	// Added under the lock close takes, so that no Add from zero races
+	// close's Wait (which sync.WaitGroup forbids).
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+}
+
+// close waits for the work running in the background; later work runs in
+// its caller.
+func (b *background) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.wg.Wait()
 }
 
 var (
@@ -159,7 +196,7 @@ func newConfig(opts []Option) (config, error) {
 func (s *Store) Close() error {
 	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.sweepDone
-	s.bg.Wait()
+	s.bg.close()
 	return nil
 }
 
@@ -401,9 +438,7 @@ func waitFor(ctx context.Context) time.Duration {
 // pool, in the background. A connection that fails this is closed, and
 // its session killed, which releases its locks on the server.
 func (s *Store) letGo(conn *sql.Conn, connID int64, tx *sql.Tx) {
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
+	s.bg.run(func() {
 		if tx != nil {
 			// The transaction was ended by a COMMIT or ROLLBACK sent as
 			// a statement (bounded by the call's context, as the
@@ -421,7 +456,7 @@ func (s *Store) letGo(conn *sql.Conn, connID int64, tx *sql.Tx) {
 		ctx, cancel := context.WithTimeout(context.Background(), s.commitTimeout)
 		defer cancel()
 		s.release(ctx, conn, connID)
-	}()
+	})
 }
 
 // release lets go of every named lock conn holds and gives it back to the
@@ -442,11 +477,7 @@ func (s *Store) release(ctx context.Context, conn *sql.Conn, connID int64) error
 // and a session still running a statement keeps its locks until then.
 func (s *Store) discard(conn *sql.Conn, connID int64) {
 	if connID > 0 {
-		s.bg.Add(1)
-		go func() {
-			defer s.bg.Done()
-			s.kill(connID)
-		}()
+		s.bg.run(func() { s.kill(connID) })
 	}
 	conn.Raw(func(any) error { return driver.ErrBadConn })
 }

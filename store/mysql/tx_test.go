@@ -825,3 +825,44 @@ func isDeadlock(err error) bool {
 	var myErr *gomysql.MySQLError
 	return errors.As(err, &myErr) && myErr.Number == 1213
 }
+
+// Requests that end while their Store closes let go of their claims'
+// locks before Close returns or, once it has, before their own Commit or
+// Rollback returns: when both have returned, no lock is left held, nor
+// still to be let go of by work the Store no longer waits for.
+func TestCloseWhileRequestsEnd(t *testing.T) {
+	db := sharedDB(t)
+	ctx := context.Background()
+	for round := range 20 {
+		st, _ := newStore(t, db)
+		const n = 4
+		keys := make([]string, n)
+		claims := make([]store.Claim, n)
+		txs := make([]store.Tx, n)
+		for i := range n {
+			keys[i], claims[i] = newKey(), newClaim(byte(i))
+			res, tx, err := st.ClaimTx(ctx, keys[i], claims[i])
+			if err != nil || res.State != store.Claimed {
+				t.Fatalf("round %d: claim %d: %v, %v", round, i, res.State, err)
+			}
+			txs[i] = tx
+		}
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				if i%2 == 0 {
+					txs[i].Rollback(ctx)
+				} else {
+					txs[i].Commit(ctx, &store.Record{Status: 201, Fingerprint: claims[i].Fingerprint}, time.Hour)
+				}
+			})
+		}
+		wg.Go(func() { st.Close() })
+		wg.Wait()
+		for i := range n {
+			if held := heldLocks(t, db, st, keys[i], claims[i].Fingerprint); held != 0 {
+				t.Fatalf("round %d: request %d ended and the Store closed, and %d of its named locks are still held", round, i, held)
+			}
+		}
+	}
+}
