@@ -27,7 +27,8 @@
 //
 // The complete and release scripts also PUBLISH the key's name on the
 // store's wake channel, "idem:v1:settled" behind the key prefix, when they
-// kept or released the claim: inside the script, no round trip of its own.
+// kept or released the claim, and so does Delete's script (idemctl delete)
+// when it deleted a key: inside the script, no round trip of its own.
 //
 // The scripts check the caller's owner token and run with EVALSHA, falling
 // back to EVAL when the server has not cached them.

@@ -112,7 +112,7 @@ func (s *Store) Delete(ctx context.Context, key string, seen store.Entry) (bool,
 	if seen.Fence == "" {
 		return false, nil
 	}
-	reply, err := s.run(ctx, deleteScript, s.name(key), seen.Fence)
+	reply, err := s.run(ctx, deleteScript, s.name(key), seen.Fence, s.hub.arg)
 	if err != nil {
 		return false, unavailable("delete", err)
 	}

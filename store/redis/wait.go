@@ -14,8 +14,8 @@ import (
 )
 
 // wakeChannel is the pub/sub channel, behind the store's key prefix, on
-// which the complete and release scripts publish the name of each key
-// they kept or released.
+// which the complete, release and delete scripts publish the name of each
+// key they kept, released or deleted.
 const wakeChannel = "idem:v1:settled"
 
 // The subscription's timing: how long it may be quiet before it is asked
@@ -45,9 +45,9 @@ const wakeRecheck = time.Second
 // Wait implements store.Waiter: it returns true when the claim in flight
 // for c's request on key has been kept or released, on any instance, or
 // when its life has ended, or when ctx is done; the caller then claims
-// again. It is woken by a message the complete and release scripts
-// publish, over one subscription the Store shares among all its waiters,
-// and costs one GET to see that the key is still in flight after
+// again. It is woken by a message the complete, release and delete
+// scripts publish, over one subscription the Store shares among all its
+// waiters, and costs one GET to see that the key is still in flight after
 // subscribing. It returns false at once (the caller then polls) when the
 // subscription is down, or could not be made within the call budget, and
 // when the claim has outlived the expiry it carries.

@@ -80,13 +80,13 @@ func clusterClient(t *testing.T) *goredis.ClusterClient {
 }
 
 // TestWaitWakes: a repeat waiting on a claim in flight wakes within
-// wakeBound of the claim's keep or release, not before, on the Store that
+// wakeBound of the claim's keep, release or deletion, not before, on the Store that
 // holds the claim and on another Store with a client of its own.
 func TestWaitWakes(t *testing.T) {
 	for name, backend := range waitBackends(t) {
 		t.Run(name, func(t *testing.T) {
 			a, b := backend(t)
-			for _, end := range []string{"complete", "release"} {
+			for _, end := range []string{"complete", "release", "delete"} {
 				for _, w := range []struct {
 					name string
 					st   *redis.Store
@@ -103,10 +103,21 @@ func TestWaitWakes(t *testing.T) {
 						case <-time.After(50 * time.Millisecond):
 						}
 						var err error
-						if end == "complete" {
+						switch end {
+						case "complete":
 							err = a.Complete(ctx, key, first.Token, record("kept", 1), time.Minute)
-						} else {
+						case "release":
 							err = a.Release(ctx, key, first.Token)
+						case "delete":
+							// An operator's (idemctl delete) of the claim.
+							e, ok, ierr := a.Inspect(ctx, key)
+							if ierr != nil || !ok {
+								t.Fatalf("Inspect = %v, %v", ok, ierr)
+							}
+							var deleted bool
+							if deleted, err = a.Delete(ctx, key, e); err == nil && !deleted {
+								t.Fatal("Delete did not delete the claim it was shown")
+							}
 						}
 						done := time.Now()
 						if err != nil {
