@@ -46,22 +46,36 @@ type Store struct {
 	bg background
 }
 
-// background runs work in goroutines of its own until it is closed, and
-// after that in the caller's: work that a request hands over while the
-// Store closes (letting go of its named locks) is neither lost nor left
-// running once Close has returned.
+// background runs work in goroutines of its own, which close waits for.
+// Work handed over once close has begun (a request ending while the Store
+// closes lets go of its named locks) is waited for by its caller instead,
+// for at most limit: with a server that answers, it is done when run
+// returns, and a server that has stopped answering holds the caller no
+// longer than a commit's budget.
 type background struct {
 	mu     sync.Mutex
 	closed bool
 	wg     sync.WaitGroup
+	limit  time.Duration
 }
 
-// run runs f in the background, or, once b is closed, before it returns.
+// run runs f in the background; once b is closed, it waits for f, at most
+// b.limit.
 func (b *background) run(f func()) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		f()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f()
+		}()
+		t := time.NewTimer(b.limit)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		}
 		return
 	}
 	// Added under the lock close takes, so that no Add from zero races
@@ -149,6 +163,7 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
 		table:         cfg.table,
 		timeout:       cfg.callTimeout,
 		commitTimeout: cfg.commitTimeout,
+		bg:            background{limit: 2 * cfg.commitTimeout}, // a ROLLBACK, then the locks let go of
 		txOptions:     cfg.txOptions,
 		undo4xx:       !cfg.clientErrorWrites,
 		sweepBatch:    cfg.sweepBatch,
