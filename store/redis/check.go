@@ -84,7 +84,9 @@ func (n NodeReport) Persistent() bool {
 // cannot take the probe's writes: the permissions are then reported as
 // unchecked in Report.Warnings, not refused. Persistence is reported,
 // never refused: running without it is a choice (see the package
-// documentation). Each question has the call budget of WithCallTimeout.
+// documentation). So is a user that may not PUBLISH or SUBSCRIBE on the
+// wake channel (Wait's, see the package documentation): its waiters are
+// not woken, which Report.Warnings says. Each question has the call budget of WithCallTimeout.
 func (s *Store) Check(ctx context.Context) (Report, error) {
 	var (
 		mu    sync.Mutex
@@ -142,6 +144,7 @@ func (s *Store) Check(ctx context.Context) (Report, error) {
 	if warn != "" {
 		rep.Warnings = append(rep.Warnings, warn)
 	}
+	rep.Warnings = append(rep.Warnings, s.checkWake(ctx)...)
 	rep.EvictionSafe, rep.Persistent = true, true
 	var evicting []string
 	for _, n := range rep.Nodes {
@@ -162,6 +165,32 @@ func (s *Store) Check(ctx context.Context) (Report, error) {
 		slog.Default().Warn("idemkey: redis: maxmemory-policy is not noeviction: claims may be evicted and handlers run twice", "nodes", strings.Join(evicting, ", "))
 	}
 	return rep, nil
+}
+
+// checkWake checks that the client's user may PUBLISH and SUBSCRIBE on the
+// store's wake channel, and returns a warning for each it may not. Without
+// them the store keeps and releases as before (the scripts' PUBLISH is
+// refused quietly), but Wait is not woken: a repeat that waits (the
+// middleware's WithWait) claims again at its next recheck, within a
+// second, without PUBLISH, and polls every 10 to 250 ms without
+// SUBSCRIBE. A Ring's waiters always poll, so nothing is checked there.
+func (s *Store) checkWake(ctx context.Context) []string {
+	if s.hub.off {
+		return nil
+	}
+	var warns []string
+	bctx := s.clock.budget(ctx, s.timeout)
+	if err := s.exec(bctx, nil, goredis.NewIntCmd(bctx, "publish", s.hub.channel, "")); err != nil {
+		warns = append(warns, fmt.Sprintf("PUBLISH on %s failed (%v): repeats that wait for a first request (WithWait) are not woken by its keep or release, and claim again within a second", s.hub.channel, redisError(err)))
+	}
+	bctx = s.clock.budget(ctx, s.timeout)
+	ps := s.client.Subscribe(bctx, s.hub.channel)
+	_, err := ps.Receive(bctx)
+	ps.Close()
+	if err != nil {
+		warns = append(warns, fmt.Sprintf("SUBSCRIBE to %s failed (%v): repeats that wait for a first request (WithWait) poll the store every 10 to 250 ms instead of being woken", s.hub.channel, redisError(err)))
+	}
+	return warns
 }
 
 // tooOld reports whether version names a Redis before 7.0. A version it

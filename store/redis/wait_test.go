@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -326,6 +327,20 @@ func TestWaitACL(t *testing.T) {
 			st := newStore(t, c)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
+			// Check says whether waiters can be woken.
+			rep, err := st.Check(ctx)
+			if err != nil {
+				t.Fatalf("Check: %v", err)
+			}
+			var wakeWarnings []string
+			for _, w := range rep.Warnings {
+				if strings.Contains(w, "PUBLISH") || strings.Contains(w, "SUBSCRIBE") {
+					wakeWarnings = append(wakeWarnings, w)
+				}
+			}
+			if tc.wakes && len(wakeWarnings) != 0 || !tc.wakes && len(wakeWarnings) != 2 {
+				t.Fatalf("Check's warnings about waking: %q", wakeWarnings)
+			}
 			key, first := newKey(), newClaim(1)
 			mustClaim(t, st, key, first, store.Claimed)
 			if !tc.wakes {
