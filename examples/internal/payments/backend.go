@@ -130,8 +130,10 @@ func OpenBackend(ctx context.Context, cfg Config, logger *slog.Logger) (*Backend
 		client.Close()
 		return nil, fmt.Errorf("checking the Redis server: %w", err)
 	}
-	if !rep.Persistent {
-		logger.Warn("Redis keeps nothing on disk: a restart forgets every claim and record, and retries of requests that already ran run again")
+	// What Check found unsafe but not refused: persistence off, waiters
+	// that cannot be woken, an eviction policy under WithEvictionWarning.
+	for _, w := range rep.Warnings {
+		logger.Warn("Redis: " + w)
 	}
 	return &Backend{Store: st, Name: name, Ping: ping, Close: client.Close}, nil
 }
