@@ -22,8 +22,6 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
-	"github.com/idemkey/idemkey/middleware"
-	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/mysql"
 )
 
@@ -421,19 +419,9 @@ func myHandler(sc string, a *app, rawURL string, poolSize int) (http.Handler, fu
 	if err != nil {
 		return nil, nil, err
 	}
-	// Dial every connection before serving, as for PostgreSQL.
-	ctx := context.Background()
-	conns := make([]*sql.Conn, 0, poolSize)
-	for range poolSize {
-		c, err := db.Conn(ctx)
-		if err != nil {
-			db.Close()
-			return nil, nil, err
-		}
-		conns = append(conns, c)
-	}
-	for _, c := range conns {
-		c.Close()
+	if err := dialAll(db, poolSize); err != nil {
+		db.Close()
+		return nil, nil, err
 	}
 	closeFn := func() { db.Close() }
 	switch sc {
@@ -443,23 +431,14 @@ func myHandler(sc string, a *app, rawURL string, poolSize int) (http.Handler, fu
 		return &myTypical{db: db, next: &sqlApp{a: a, insert: myInsert(db, typicalTx)}}, closeFn, nil
 	}
 	// The claim budget is 1 s here, as for PostgreSQL (see pgHandler).
-	st, err := mysql.New(ctx, db, mysql.WithSweepInterval(0), mysql.WithCallTimeout(time.Second))
+	st, err := mysql.New(context.Background(), db, mysql.WithSweepInterval(0), mysql.WithCallTimeout(time.Second))
 	if err != nil {
 		db.Close()
 		return nil, nil, err
 	}
-	closeFn = func() { st.Close(); db.Close() }
-	var s store.Store = st
-	mode := requestTx
-	if sc == scMy {
-		s, mode = plainStore{st, st}, autocommit
-	}
-	mw, err := middleware.New(s)
-	if err != nil {
-		closeFn()
-		return nil, nil, err
-	}
-	return mw.Required()(&sqlApp{a: a, insert: myInsert(db, mode)}), closeFn, nil
+	return idemkeySQL(st, sc == scMy, func() { st.Close(); db.Close() }, func(mode insertMode) http.Handler {
+		return &sqlApp{a: a, insert: myInsert(db, mode)}
+	})
 }
 
 // reportMySQL prints the MySQL scenarios' table and targets, reports

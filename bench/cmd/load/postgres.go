@@ -347,10 +347,26 @@ func pgHandler(sc string, a *app, url string, poolSize int, trips *pgtest.Trips)
 		pool.Close()
 		return nil, nil, err
 	}
-	closeFn = func() { st.Close(); pool.Close() }
+	return idemkeySQL(st, sc == scPg, func() { st.Close(); pool.Close() }, func(mode insertMode) http.Handler {
+		return &sqlApp{a: a, insert: pgInsert(pool, mode)}
+	})
+}
+
+// sqlStore is what idemkeySQL needs of a SQL store: its plain side (the
+// extender included) and its transactional one.
+type sqlStore interface {
+	store.TxStore
+	store.Extender
+}
+
+// idemkeySQL wraps the handler app(mode) in idemkey's middleware on st:
+// as a plain store when plain (the handler's insert a statement of its
+// own), else in the transactional flow (the insert in the request's
+// transaction). closeFn closes st and its pool, also when this fails.
+func idemkeySQL(st sqlStore, plain bool, closeFn func(), app func(insertMode) http.Handler) (http.Handler, func(), error) {
 	var s store.Store = st
 	mode := requestTx
-	if sc == scPg {
+	if plain {
 		s, mode = plainStore{st, st}, autocommit
 	}
 	mw, err := middleware.New(s)
@@ -358,7 +374,27 @@ func pgHandler(sc string, a *app, url string, poolSize int, trips *pgtest.Trips)
 		closeFn()
 		return nil, nil, err
 	}
-	return mw.Required()(&sqlApp{a: a, insert: pgInsert(pool, mode)}), closeFn, nil
+	return mw.Required()(app(mode)), closeFn, nil
+}
+
+// dialAll opens n connections of db at once and gives them back to its
+// pool, so that no cell pays for dialling.
+func dialAll(db *sql.DB, n int) error {
+	ctx := context.Background()
+	conns := make([]*sql.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range n {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+	}
+	return nil
 }
 
 // splitFunc splits scenarios into those f reports and the others, each in
@@ -445,29 +481,16 @@ func pgSQLHandler(a *app, url string, poolSize int, trips *pgtest.Trips) (http.H
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(poolSize)
 	db.SetMaxIdleConns(poolSize)
-	ctx := context.Background()
-	conns := make([]*sql.Conn, 0, poolSize)
-	for range poolSize {
-		c, err := db.Conn(ctx)
-		if err != nil {
-			db.Close()
-			return nil, nil, err
-		}
-		conns = append(conns, c)
+	if err := dialAll(db, poolSize); err != nil {
+		db.Close()
+		return nil, nil, err
 	}
-	for _, c := range conns {
-		c.Close()
-	}
-	st, err := postgres.NewDB(ctx, db, postgres.WithSweepInterval(0), postgres.WithCallTimeout(time.Second))
+	st, err := postgres.NewDB(context.Background(), db, postgres.WithSweepInterval(0), postgres.WithCallTimeout(time.Second))
 	if err != nil {
 		db.Close()
 		return nil, nil, err
 	}
-	closeFn := func() { st.Close(); db.Close() }
-	mw, err := middleware.New(st)
-	if err != nil {
-		closeFn()
-		return nil, nil, err
-	}
-	return mw.Required()(&sqlApp{a: a, insert: pgInsert(nil, requestSQLTx)}), closeFn, nil
+	return idemkeySQL(st, false, func() { st.Close(); db.Close() }, func(insertMode) http.Handler {
+		return &sqlApp{a: a, insert: pgInsert(nil, requestSQLTx)}
+	})
 }
