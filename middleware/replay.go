@@ -3,10 +3,8 @@ package middleware
 import (
 	"crypto/rand"
 	"encoding/hex"
-	mrand "math/rand/v2"
 	"net/http"
 	"strconv"
-	"sync"
 
 	"github.com/google/uuid"
 
@@ -171,7 +169,7 @@ func saneRequestID(id string) bool {
 // in one allocation instead of two.
 func newRequestID() string {
 	var u uuid.UUID
-	randomBytes(u[:])
+	rand.Read(u[:])
 	u[6] = (u[6] & 0x0f) | 0x40 // version 4
 	u[8] = (u[8] & 0x3f) | 0x80 // variant 10
 	return u.String()
@@ -186,14 +184,18 @@ const tokenLen = 26
 
 // newToken returns a fresh owner token, written as crypto/rand.Text writes
 // one, and, when withID, a new request id (a random version 4 UUID, as
-// newRequestID makes). Both come from one read of random bytes and live in
-// one string: a request that needs both pays for one allocation.
+// newRequestID makes). Both come from one read of crypto/rand and live in
+// one string: a request that needs both pays for one allocation. (Not from
+// a generator of the process's own: a process cloned with its memory, a
+// virtual machine's snapshot restored twice, would repeat its tokens in
+// every clone, and a claim that finds its own token runs as its owner; the
+// kernel's generator is reseeded on restore.)
 func newToken(withID bool) (token, id string) {
 	var src [tokenLen + 16]byte
 	if withID {
-		randomBytes(src[:])
+		rand.Read(src[:])
 	} else {
-		randomBytes(src[:tokenLen])
+		rand.Read(src[:tokenLen])
 	}
 	var b [tokenLen + 36]byte
 	for i := range tokenLen {
@@ -217,23 +219,4 @@ func newToken(withID bool) (token, id string) {
 	hex.Encode(x[24:], u[10:])
 	s := string(b[:])
 	return s[:tokenLen], s[tokenLen:]
-}
-
-// Owner tokens and request ids are read from ChaCha8 generators
-// (math/rand/v2's, which its documentation calls cryptographically strong),
-// each seeded from crypto/rand and shared through a pool: on the machines
-// measured a pooled generator gives a request's 42 bytes in a fifth of the
-// time a read of crypto/rand takes. A generator the pool drops is gone with
-// its state; a new one is seeded afresh.
-var generators = sync.Pool{New: func() any {
-	var seed [32]byte
-	rand.Read(seed[:]) // never fails: it crashes the program instead
-	return mrand.NewChaCha8(seed)
-}}
-
-// randomBytes fills b with random bytes.
-func randomBytes(b []byte) {
-	g := generators.Get().(*mrand.ChaCha8)
-	g.Read(b)
-	generators.Put(g)
 }
