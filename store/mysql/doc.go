@@ -119,11 +119,11 @@
 // # Statements and round trips
 //
 //	path                              round trips
-//	ClaimTx: first run                 4  the row read with both GET_LOCKs; START TRANSACTION; the claim's INSERT (or takeover UPDATE); SAVEPOINT
+//	ClaimTx: first run                 5  the row read with both GET_LOCKs; SET autocommit = 0; START TRANSACTION; the claim's INSERT (or takeover UPDATE); SAVEPOINT
 //	handler's statements               1 each without arguments; the driver sends one with arguments as prepare and execute (2) unless interpolateParams is set
 //	Tx.Commit                          2  the fenced UPDATE that keeps the record, COMMIT; then 2 not waited for (see below)
 //	Tx.Commit of a kept 4xx            3  ROLLBACK TO SAVEPOINT first
-//	Tx.Rollback                        3  a read that the claim's row is still the transaction's; ROLLBACK; one statement that lets go of the locks and checks the claim is not committed; then 1 not waited for
+//	Tx.Rollback                        3  a read that the claim's row is still the transaction's; ROLLBACK; one statement that lets go of the locks and checks the claim is not committed; then 2 not waited for (the *sql.Tx ended, autocommit turned back on)
 //	ClaimTx: replay, in flight, reused 1  the row read (and the locks tried, for a claim in flight)
 //	Claim (plain): first run           2  the same row read with the locks; the claim's INSERT or UPDATE, committed; then the locks let go of, not waited for
 //	Claim (plain): replay, in flight   1
@@ -138,15 +138,24 @@
 // still running) lands in a transaction that is rolled back, never
 // committing on its own. After the answer goes out, the *sql.Tx is ended
 // for database/sql with a ROLLBACK of that chained transaction, and the
-// claim's locks are let go of (RELEASE_ALL_LOCKS): the two round trips not
-// waited for.
+// claim's locks are let go of (RELEASE_ALL_LOCKS, in the statement that
+// turns autocommit back on): the two round trips not waited for.
+//
+// Autocommit is off while a request's transaction runs (SET autocommit =
+// 0 before it begins). A transaction the server rolls back by itself (a
+// deadlock's victim) takes the claim's row with it while the session
+// keeps its locks; with autocommit on, each statement the handler sent
+// after that would commit on its own, and a session that then ended (the
+// watchdog's KILL at the claim's life, a statement past its context that
+// closes the connection) would free the key with those writes in. With it
+// off they open a transaction of their own, which ends with the session.
 //
 // WithTxOptions with an isolation level adds one (SET TRANSACTION before
 // START TRANSACTION), WithClientErrorWrites(true) saves one (no savepoint).
 // A record whose body is over 64 KiB is kept by a prepared statement: one
-// more. A transactional first run therefore costs six round trips besides
-// the handler's own statements, four more than the same handler with a
-// transaction of its own (START TRANSACTION and COMMIT).
+// more. A transactional first run therefore costs seven round trips
+// besides the handler's own statements, five more than the same handler
+// with a transaction of its own (START TRANSACTION and COMMIT).
 //
 // # Isolation
 //

@@ -132,7 +132,7 @@ func TestRoundTrips(t *testing.T) {
 
 	key, c := newKey(), newClaim(1)
 	var tx store.Tx
-	check("ClaimTx: first run", 4, 0, func() {
+	check("ClaimTx: first run", 5, 0, func() {
 		var res store.Result
 		var err error
 		res, tx, err = st.ClaimTx(ctx, key, c)
@@ -167,7 +167,7 @@ func TestRoundTrips(t *testing.T) {
 		}
 	})
 	key2, c2 := newKey(), newClaim(1)
-	check("ClaimTx: first run (2)", 4, 0, func() {
+	check("ClaimTx: first run (2)", 5, 0, func() {
 		var res store.Result
 		var err error
 		res, tx, err = st.ClaimTx(ctx, key2, c2)
@@ -184,7 +184,7 @@ func TestRoundTrips(t *testing.T) {
 	if _, tx, _ = st.ClaimTx(ctx, key3, c3); tx == nil {
 		t.Fatal("no claim")
 	}
-	check("Tx.Rollback", 3, 1, func() {
+	check("Tx.Rollback", 3, 2, func() {
 		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -229,14 +229,27 @@ func (q statements) extend(key, token string, ttlUS int64) string {
 // heldRelease reports whether the claim held by token is committed and in
 // flight (after the request's transaction rolled back: whether the
 // handler committed it before, with its writes), and lets go of every
-// named lock of the connection, in one statement.
+// named lock of the connection, in one statement: the key is free when
+// Rollback returns.
 func (q statements) heldRelease(key, token string) string {
 	return "SELECT EXISTS (SELECT 1 FROM " + q.t + " WHERE k = " + strLit(key) + " AND token = " + strLit(token) +
 		" AND status IS NULL), RELEASE_ALL_LOCKS()"
 }
 
-// releaseLocks lets go of every named lock the connection holds.
-const releaseLocks = "DO RELEASE_ALL_LOCKS()"
+// releaseLocks lets go of every named lock the connection holds, and turns
+// autocommit back on (a request's transaction runs with it off, see
+// noAutocommit), in one statement. No transaction is open when it runs:
+// turning autocommit on would commit one.
+const releaseLocks = "SET autocommit = IF(RELEASE_ALL_LOCKS() IS NULL, 1, 1)"
+
+// noAutocommit is sent before a request's transaction begins. When the
+// server rolls that transaction back by itself (a deadlock's victim), the
+// handler's statements after it then open a transaction of their own,
+// which ends with the session, rather than each committing on its own
+// with the claim gone: a session killed by the watchdog, or closed by a
+// statement past its context, would otherwise free the key with those
+// writes in. releaseLocks turns autocommit back on.
+const noAutocommit = "SET autocommit = 0"
 
 // sweepSelect locks up to n lapsed rows, oldest first, skipping rows
 // another transaction holds (a takeover in a request's transaction,

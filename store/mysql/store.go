@@ -408,7 +408,7 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 			if err == nil {
 				n, err = res.RowsAffected()
 			}
-			s.letGo(conn, r.connID, nil)
+			s.letGo(conn, r.connID, nil, nil)
 			if err != nil {
 				if isNumber(err, errDupKey) || connLost(ctx, err) {
 					lastErr = err
@@ -451,9 +451,16 @@ func waitFor(ctx context.Context) time.Duration {
 
 // letGo lets go of every named lock conn holds and gives it back to the
 // pool, in the background. A connection that fails this is closed, and
-// its session killed, which releases its locks on the server.
-func (s *Store) letGo(conn *sql.Conn, connID int64, tx *sql.Tx) {
+// its session killed, which releases its locks on the server. cancel,
+// when not nil, ends tx's context once tx is rolled back, not before:
+// database/sql rolls back a transaction whose context ends on a goroutine
+// of its own, which could then run after the statement that lets go of
+// the locks and turns autocommit on, which commits what is open.
+func (s *Store) letGo(conn *sql.Conn, connID int64, tx *sql.Tx, cancel context.CancelFunc) {
 	s.bg.run(func() {
+		if cancel != nil {
+			defer cancel()
+		}
 		if tx != nil {
 			// The transaction was ended by a COMMIT or ROLLBACK sent as
 			// a statement (bounded by the call's context, as the
@@ -464,12 +471,8 @@ func (s *Store) letGo(conn *sql.Conn, connID int64, tx *sql.Tx) {
 			// connection can go back.
 			tx.Rollback()
 		}
-		if connID == 0 {
-			conn.Close()
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.commitTimeout)
-		defer cancel()
+		ctx, stop := context.WithTimeout(context.Background(), s.commitTimeout)
+		defer stop()
 		s.release(ctx, conn, connID)
 	})
 }

@@ -153,6 +153,10 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 	// The transaction's context is the request's without its end: the
 	// middleware ends the transaction, and database/sql would roll back
 	// at the context's end, behind its back.
+	if _, err := conn.ExecContext(callCtx, noAutocommit); err != nil {
+		s.discard(conn, r.connID)
+		return nil, false, err
+	}
 	txCtx, txCancel := context.WithCancel(context.WithoutCancel(ctx))
 	tx, err := beginTx(callCtx, txCtx, txCancel, conn, s.txOptions)
 	if err != nil {
@@ -187,7 +191,7 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 			return nil, false, nil
 		}
 		txCancel()
-		s.letGo(conn, r.connID, nil)
+		s.letGo(conn, r.connID, nil, nil)
 		return nil, false, nil
 	}
 	if s.undo4xx {
@@ -264,6 +268,25 @@ type requestTx struct {
 	ended   bool
 	expired bool        // the watchdog killed the session
 	timer   *time.Timer // the watchdog
+
+	// handed: the connection went to letGo (giveBack), which ends the
+	// transaction's context once it has rolled the transaction back.
+	handed bool
+}
+
+// giveBack hands the connection to letGo, with tx (when the *sql.Tx is
+// still to be told the transaction ended) and the transaction's context,
+// which letGo ends after tx's ROLLBACK.
+func (t *requestTx) giveBack(tx *sql.Tx) {
+	t.handed = true
+	t.s.letGo(t.conn, t.connID, tx, t.cancel)
+}
+
+// drop rolls the transaction back as database/sql sees it and closes the
+// connection, killing its session: nothing it holds is to be trusted.
+func (t *requestTx) drop() {
+	t.tx.Rollback()
+	t.s.discard(t.conn, t.connID)
 }
 
 var _ store.Tx = (*requestTx)(nil)
@@ -331,13 +354,16 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 	if !first {
 		return errors.New("idemkey: mysql: commit: the transaction already ended")
 	}
-	defer t.cancel()
+	defer func() {
+		if !t.handed {
+			t.cancel()
+		}
+	}()
 	ctx, cancel := context.WithTimeout(ctx, t.s.commitTimeout)
 	defer cancel()
 	if expired {
 		// The claim's life is over: its session was killed.
-		t.tx.Rollback()
-		t.s.discard(t.conn, t.connID)
+		t.drop()
 		return store.ErrNotOwner
 	}
 	var (
@@ -404,11 +430,10 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 		// late (the outcome is unknown; the driver closed the
 		// connection): either way the session is not to be trusted with
 		// the claim's locks.
-		t.tx.Rollback()
-		t.s.discard(t.conn, t.connID)
+		t.drop()
 		return unavailable("commit", err)
 	}
-	t.s.letGo(t.conn, t.connID, t.tx)
+	t.giveBack(t.tx)
 	return nil
 }
 
@@ -421,7 +446,7 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 // key is free.
 func (t *requestTx) commitOutside(ctx context.Context, rec *store.Record, header []byte, ret int64) error {
 	if t.key == "" {
-		t.s.letGo(t.conn, t.connID, nil)
+		t.giveBack(nil)
 		return nil
 	}
 	stmt, args := t.s.sql.keep(t.key, t.token, rec, header, ret, -1)
@@ -429,6 +454,18 @@ func (t *requestTx) commitOutside(ctx context.Context, rec *store.Record, header
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()
+	}
+	if err == nil {
+		// Autocommit is off: the record, and whatever the handler sent
+		// after its own end, are in a transaction of their own. They
+		// commit when the claim committed with the handler's writes (the
+		// key is this request's); else that transaction followed the
+		// claim's rollback, and goes the same way.
+		end := "ROLLBACK"
+		if n == 1 {
+			end = "COMMIT"
+		}
+		_, err = t.conn.ExecContext(ctx, end)
 	}
 	if err != nil {
 		t.s.discard(t.conn, t.connID)
@@ -448,9 +485,9 @@ func (t *requestTx) commitOutside(ctx context.Context, rec *store.Record, header
 var errEndedOutside = errors.New("the handler committed the request's transaction itself (its Commit, or DDL); its writes are in, so the key is held for " + holdLife.String() + " instead of being freed for a retry")
 
 // Rollback rolls the transaction back and lets go of the claim's locks:
-// two round trips, ROLLBACK, then one statement that lets go of the locks
-// and checks that the claim's row is not committed, bounded by
-// WithCommitTimeout. The key is then free. When it fails the connection is
+// three round trips bounded by WithCommitTimeout, a read that the claim's
+// row is still the transaction's, ROLLBACK, and one statement that lets go
+// of the locks and checks that the claim is not committed. The key is then free. When it fails the connection is
 // closed and its session killed, which rolls back on the server; the error
 // wraps store.ErrUnavailable. When the handler had committed the
 // transaction itself (its Commit, or DDL), its writes are in: the key
@@ -460,34 +497,35 @@ func (t *requestTx) Rollback(ctx context.Context) error {
 	if !first {
 		return errors.New("idemkey: mysql: rollback: the transaction already ended")
 	}
-	defer t.cancel()
+	defer func() {
+		if !t.handed {
+			t.cancel()
+		}
+	}()
 	ctx, cancel := context.WithTimeout(ctx, t.s.commitTimeout)
 	defer cancel()
 	if expired {
-		t.tx.Rollback()
-		t.s.discard(t.conn, t.connID)
+		t.drop()
 		return nil
 	}
 	if t.key != "" && t.rowLost(ctx) {
 		return t.lost(ctx, "rollback")
 	}
 	if _, err := t.tx.ExecContext(ctx, rollbackChain); err != nil && !errors.Is(err, sql.ErrTxDone) {
-		t.tx.Rollback()
-		t.s.discard(t.conn, t.connID)
+		t.drop()
 		return unavailable("rollback", err)
 	}
 	if t.key == "" {
-		t.s.letGo(t.conn, t.connID, t.tx)
+		t.giveBack(t.tx)
 		return nil
 	}
 	var held bool
 	var released sql.NullInt64
 	if err := t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.token)).Scan(&held, &released); err != nil {
-		t.tx.Rollback()
-		t.s.discard(t.conn, t.connID)
+		t.drop()
 		return unavailable("rollback", err)
 	}
-	t.s.letGo(t.conn, 0, t.tx) // the locks went with the statement above
+	t.giveBack(t.tx) // the locks went with the statement above; the next one turns autocommit back on
 	if held {
 		return unavailable("rollback", errEndedOutside)
 	}
@@ -514,16 +552,18 @@ func (t *requestTx) rowLost(ctx context.Context) bool {
 // as after the handler's own commit, rather than freed for a retry that
 // could make again what the handler wrote since. It reports errLost.
 func (t *requestTx) lost(ctx context.Context, op string) error {
-	_, err := t.tx.ExecContext(ctx, "ROLLBACK") // plainly: the hold commits on its own
+	_, err := t.tx.ExecContext(ctx, "ROLLBACK") // plainly, then the hold in a transaction of its own
 	if err == nil {
 		_, err = t.conn.ExecContext(ctx, t.s.sql.hold(t.key, t.token, t.fp, microsOf(holdLife+t.life)))
 	}
+	if err == nil {
+		_, err = t.conn.ExecContext(ctx, "COMMIT")
+	}
 	if err != nil {
-		t.tx.Rollback()
-		t.s.discard(t.conn, t.connID)
+		t.drop()
 		return unavailable(op, fmt.Errorf("%w; holding the key failed: %w", errLost, err))
 	}
-	t.s.letGo(t.conn, t.connID, t.tx)
+	t.giveBack(t.tx)
 	return unavailable(op, errLost)
 }
 
@@ -531,11 +571,10 @@ func (t *requestTx) lost(ctx context.Context, op string) error {
 // failure it closes the connection and kills its session.
 func (t *requestTx) abort(ctx context.Context) {
 	if _, err := t.tx.ExecContext(ctx, rollbackChain); err != nil && !errors.Is(err, sql.ErrTxDone) {
-		t.tx.Rollback()
-		t.s.discard(t.conn, t.connID)
+		t.drop()
 		return
 	}
-	t.s.letGo(t.conn, t.connID, t.tx)
+	t.giveBack(t.tx)
 }
 
 var _ store.Waiter = (*Store)(nil)

@@ -755,15 +755,36 @@ func TestDeadlockInTheHandler(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		end  func(tx store.Tx) error
+		ttl  time.Duration // the claim's, when not newClaim's
+		end  func(sqlTx *sql.Tx, tx store.Tx) error
 	}{
-		{"201", func(tx store.Tx) error { return tx.Commit(context.Background(), record([32]byte{1}, 201), time.Hour) }},
-		{"kept 4xx", func(tx store.Tx) error { return tx.Commit(context.Background(), record([32]byte{1}, 404), time.Hour) }},
-		{"5xx", func(tx store.Tx) error { return tx.Rollback(context.Background()) }},
+		{"201", 0, func(_ *sql.Tx, tx store.Tx) error {
+			return tx.Commit(context.Background(), record([32]byte{1}, 201), time.Hour)
+		}},
+		{"kept 4xx", 0, func(_ *sql.Tx, tx store.Tx) error {
+			return tx.Commit(context.Background(), record([32]byte{1}, 404), time.Hour)
+		}},
+		{"5xx", 0, func(_ *sql.Tx, tx store.Tx) error { return tx.Rollback(context.Background()) }},
+		// The handler's next statement runs out of its context: the
+		// driver closes the connection, and the server ends the session.
+		{"deadline", 0, func(sqlTx *sql.Tx, tx store.Tx) error {
+			dctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			sqlTx.ExecContext(dctx, "DO SLEEP(2)")
+			return tx.Rollback(context.Background())
+		}},
+		// The handler outlives its claim: the watchdog kills the session.
+		{"watchdog", 1500 * time.Millisecond, func(_ *sql.Tx, tx store.Tx) error {
+			time.Sleep(2500 * time.Millisecond)
+			return tx.Rollback(context.Background())
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			key, c := newKey(), newClaim(1)
+			if tc.ttl > 0 {
+				c.TTL = tc.ttl
+			}
 			rctx, tx := claimTx(t, st, key, c)
 			sqlTx := mysql.Tx(rctx)
 			if _, err := sqlTx.ExecContext(ctx, "UPDATE `"+locks+"` SET n = n + 1 WHERE id = 1"); err != nil {
@@ -802,7 +823,7 @@ func TestDeadlockInTheHandler(t *testing.T) {
 			if err := pay.insert(ctx, sqlTx, key, "after the deadlock"); err != nil {
 				t.Fatalf("the handler's write after the deadlock: %v", err)
 			}
-			tc.end(tx)
+			tc.end(sqlTx, tx)
 			written := pay.count(t, key)
 			res, again, err := st.ClaimTx(ctx, key, newClaim(1))
 			if err != nil {
@@ -864,5 +885,59 @@ func TestCloseWhileRequestsEnd(t *testing.T) {
 				t.Fatalf("round %d: request %d ended and the Store closed, and %d of its named locks are still held", round, i, held)
 			}
 		}
+	}
+}
+
+// A request's transaction runs with autocommit off; however it ends, the
+// connection goes back to the pool with autocommit on, as the service's
+// other code expects of it.
+func TestAutocommitRestored(t *testing.T) {
+	const conns = 3
+	db := openDB(t, sharedURL(), conns)
+	st, _ := newStore(t, db)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		end  func(sqlTx *sql.Tx, tx store.Tx)
+	}{
+		{"commit", func(_ *sql.Tx, tx store.Tx) { tx.Commit(ctx, record([32]byte{1}, 201), time.Hour) }},
+		{"kept 4xx", func(_ *sql.Tx, tx store.Tx) { tx.Commit(ctx, record([32]byte{1}, 404), time.Hour) }},
+		{"rollback", func(_ *sql.Tx, tx store.Tx) { tx.Rollback(ctx) }},
+		{"handler commits, then commit", func(sqlTx *sql.Tx, tx store.Tx) {
+			sqlTx.Commit()
+			tx.Commit(ctx, record([32]byte{1}, 201), time.Hour)
+		}},
+		{"handler rolls back, then rollback", func(sqlTx *sql.Tx, tx store.Tx) {
+			sqlTx.Rollback()
+			tx.Rollback(ctx)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key, c := newKey(), newClaim(1)
+			rctx, tx := claimTx(t, st, key, c)
+			tc.end(mysql.Tx(rctx), tx)
+			noLocks(t, db, st, key, c.Fingerprint) // the background work is done
+			// Every connection of the pool, the request's among them.
+			held := make([]*sql.Conn, 0, conns)
+			defer func() {
+				for _, c := range held {
+					c.Close()
+				}
+			}()
+			for range conns {
+				c, err := db.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, c)
+				var on int
+				if err := c.QueryRowContext(ctx, "SELECT @@autocommit").Scan(&on); err != nil {
+					t.Fatal(err)
+				}
+				if on != 1 {
+					t.Fatalf("a pooled connection has autocommit %d after the request ended", on)
+				}
+			}
+		})
 	}
 }
