@@ -189,6 +189,18 @@ func TestRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	var keyless store.Tx
+	check("Begin (no key)", 1, 0, func() {
+		var err error
+		if keyless, err = st.Begin(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	check("Tx.Commit (no key) of a 4xx", 1, 2, func() {
+		if err := keyless.Commit(ctx, record([32]byte{1}, 404), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	})
 	key4, c4 := newKey(), newClaim(1)
 	check("Claim (plain): first run", 2, 1, func() {
 		if res, err := st.Claim(ctx, key4, c4); err != nil || res.State != store.Claimed {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	_ "embed"
 	"encoding/hex"
 	"errors"
@@ -153,7 +154,14 @@ func checkLocks(ctx context.Context, db *sql.DB) error {
 	if err := a.QueryRowContext(ctx, "SELECT GET_LOCK("+name+", 0), CONNECTION_ID()").Scan(&got, &idA); err != nil {
 		return fmt.Errorf("idemkey: mysql: checking the server's named locks: %w", err)
 	}
-	defer a.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK("+name+")")
+	defer func() {
+		// A connection that may still hold the lock is not pooled.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, err := a.ExecContext(rctx, "DO RELEASE_LOCK("+name+")"); err != nil {
+			a.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
 	if !got.Valid || got.Int64 != 1 {
 		return fmt.Errorf("idemkey: mysql: checking the server's named locks: a fresh lock could not be taken (GET_LOCK answered %v)", got)
 	}

@@ -222,9 +222,10 @@ func beginTx(callCtx, txCtx context.Context, txCancel context.CancelFunc, conn *
 }
 
 // Begin opens a transaction with no claim, for a request without a key on
-// a route where the key is optional: START TRANSACTION (and the savepoint
-// of WithClientErrorWrites), on a connection held until Commit or
-// Rollback. The handler gets it with Tx, as it would with a key.
+// a route where the key is optional: START TRANSACTION, on a connection
+// held until Commit or Rollback (which rolls back a 4xx's writes, unless
+// WithClientErrorWrites(true): no savepoint is needed, as there is no
+// claim to keep). The handler gets it with Tx, as it would with a key.
 func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, unavailable("begin", err)
@@ -237,11 +238,6 @@ func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
 	}
 	txCtx, txCancel := context.WithCancel(context.WithoutCancel(ctx))
 	tx, err := beginTx(callCtx, txCtx, txCancel, conn, s.txOptions)
-	if err == nil && s.undo4xx {
-		if _, err = tx.ExecContext(callCtx, "SAVEPOINT "+savepoint); err != nil {
-			tx.Rollback()
-		}
-	}
 	if err != nil {
 		txCancel()
 		s.discard(conn, 0)
@@ -379,6 +375,12 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 	} else if rec == nil {
 		t.abort(ctx)
 		return errors.New("idemkey: mysql: nil record")
+	}
+	if t.key == "" && t.s.undo4xx && rec.Status >= 400 {
+		// No claim to keep, and the writes are to be undone: a rollback,
+		// which needs no savepoint (Begin takes none).
+		t.abort(ctx)
+		return nil
 	}
 	if t.s.undo4xx && rec.Status >= 400 {
 		_, err := t.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint)
