@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,7 +51,13 @@ func Tx(ctx context.Context) pgx.Tx {
 // to pgx.Tx in a minor release; this type then needs them too, and the
 // compile-time check below says so.
 type handlerTx struct {
-	conn   *pgx.Conn
+	conn *pgx.Conn
+	// inUse is held for reading by each call that sends on conn, from its
+	// check that the transaction is open to its return, and for writing
+	// by close: once close returns, no call of the handler's (a goroutine
+	// it left running) is still sending, nor will one, on a connection
+	// the store then commits, rolls back and gives back to the pool.
+	inUse  sync.RWMutex
 	closed atomic.Bool
 	opts   pgx.TxOptions // for LargeObjects
 	// connTaken is set when the handler took the connection with Conn,
@@ -66,8 +73,17 @@ type handlerTx struct {
 
 var _ pgx.Tx = (*handlerTx)(nil)
 
-// close ends the handler's use of the transaction.
-func (h *handlerTx) close() { h.closed.Store(true) }
+// close ends the handler's use of the transaction, once the calls it has
+// in progress have returned. One still running after wait has its
+// connection's socket closed, which ends it: the server then rolls the
+// transaction back, and the store's commit fails, rather than wait on it.
+func (h *handlerTx) close(wait time.Duration) {
+	stop := time.AfterFunc(wait, func() { h.conn.PgConn().Conn().Close() })
+	h.inUse.Lock()
+	stop.Stop()
+	h.closed.Store(true)
+	h.inUse.Unlock()
+}
 
 // open reports whether the handler may still use the transaction: it has
 // not returned, and it has not ended the transaction itself (a COMMIT or
@@ -90,6 +106,8 @@ func (h *handlerTx) open() bool {
 // Begin starts a savepoint: a pseudo nested transaction whose Commit
 // releases it and whose Rollback rolls back to it.
 func (h *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	h.inUse.RLock()
+	defer h.inUse.RUnlock()
 	if !h.open() {
 		return nil, pgx.ErrTxClosed
 	}
@@ -104,6 +122,8 @@ func (h *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
 // Commit does nothing and returns ErrTxManaged (pgx.ErrTxClosed once the
 // handler has returned).
 func (h *handlerTx) Commit(context.Context) error {
+	h.inUse.RLock()
+	defer h.inUse.RUnlock()
 	if !h.open() {
 		return pgx.ErrTxClosed
 	}
@@ -113,6 +133,8 @@ func (h *handlerTx) Commit(context.Context) error {
 // Rollback does nothing and returns ErrTxManaged (pgx.ErrTxClosed once the
 // handler has returned), so that a deferred Rollback is harmless.
 func (h *handlerTx) Rollback(context.Context) error {
+	h.inUse.RLock()
+	defer h.inUse.RUnlock()
 	if !h.open() {
 		return pgx.ErrTxClosed
 	}
@@ -120,6 +142,8 @@ func (h *handlerTx) Rollback(context.Context) error {
 }
 
 func (h *handlerTx) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
+	h.inUse.RLock()
+	defer h.inUse.RUnlock()
 	if !h.open() {
 		return 0, pgx.ErrTxClosed
 	}
@@ -127,6 +151,8 @@ func (h *handlerTx) CopyFrom(ctx context.Context, tableName pgx.Identifier, colu
 }
 
 func (h *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	h.inUse.RLock()
+	defer h.inUse.RUnlock()
 	if !h.open() {
 		return errBatch{pgx.ErrTxClosed}
 	}
@@ -139,6 +165,11 @@ func (h *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 // warning and ignores, and the large objects then run in the request's
 // transaction.
 func (h *handlerTx) LargeObjects() pgx.LargeObjects {
+	h.inUse.RLock()
+	defer h.inUse.RUnlock()
+	// What the handler does with them is sent on the connection outside
+	// these checks: it is closed, not pooled, when the request ends.
+	h.connTaken.Store(true)
 	if h.lo == nil && h.open() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -153,6 +184,8 @@ func (h *handlerTx) LargeObjects() pgx.LargeObjects {
 }
 
 func (h *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	h.inUse.RLock()
+	defer h.inUse.RUnlock()
 	if !h.open() {
 		return nil, pgx.ErrTxClosed
 	}
@@ -163,6 +196,8 @@ func (h *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stat
 }
 
 func (h *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	h.inUse.RLock()
+	defer h.inUse.RUnlock()
 	if !h.open() {
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
 	}
@@ -170,6 +205,8 @@ func (h *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 }
 
 func (h *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	h.inUse.RLock()
+	defer h.inUse.RUnlock()
 	if !h.open() {
 		return errRows{pgx.ErrTxClosed}, pgx.ErrTxClosed
 	}
@@ -177,6 +214,8 @@ func (h *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 }
 
 func (h *handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	h.inUse.RLock()
+	defer h.inUse.RUnlock()
 	if !h.open() {
 		return &oneRow{err: pgx.ErrTxClosed}
 	}

@@ -284,16 +284,19 @@ func (t *requestTx) NewContext(ctx context.Context) context.Context {
 // the watchdog. It reports false when it had already ended.
 func (t *requestTx) end() bool {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.ended {
+		t.mu.Unlock()
 		return false
 	}
 	t.ended = true
 	if t.timer != nil {
 		t.timer.Stop()
 	}
-	if t.handler != nil {
-		t.handler.close()
+	h := t.handler
+	t.mu.Unlock()
+	if h != nil {
+		// Outside t.mu, which the watchdog takes to close the socket.
+		h.close(t.s.commitTimeout)
 	}
 	return true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -503,5 +504,52 @@ func TestTxCommitRefused(t *testing.T) {
 	assertNoLocks(t, pool, st, key, c.Fingerprint)
 	if res, err := st.Claim(ctx, key, newClaim(1)); err != nil || res.State != store.Claimed {
 		t.Fatalf("a plain claim after the refused commit: %v %v, want the key free", res.State, err)
+	}
+}
+
+// TestLateWritesUndone: a goroutine the handler left running keeps writing
+// through the request's pgx.Tx while the store ends it without keeping
+// anything (a 5xx's rollback, a commit refused). None of those writes
+// commits, on the request's connection or on the one the pool hands out
+// next: the key is free after, and its retry runs the handler again, so a
+// write that landed would be made twice.
+func TestLateWritesUndone(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	for _, tc := range []struct {
+		name string
+		end  func(tx store.Tx) error
+	}{
+		{"Rollback", func(tx store.Tx) error { return tx.Rollback(context.Background()) }},
+		{"CommitRefused", func(tx store.Tx) error { return tx.Commit(context.Background(), nil, time.Hour) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for round := range 20 {
+				key, c := newKey(), newClaim(1)
+				tx := claimTx(t, st, key, c, store.Claimed)
+				ctx := tx.NewContext(context.Background())
+				var wrote atomic.Int64
+				stopped := make(chan error, 1)
+				go func() {
+					for {
+						if err := pay.insert(ctx, key, "late"); err != nil {
+							stopped <- err
+							return
+						}
+						wrote.Add(1)
+					}
+				}()
+				for wrote.Load() < 3 {
+					time.Sleep(time.Millisecond)
+				}
+				tc.end(tx)
+				err := <-stopped
+				if n := pay.count(t, key); n != 0 {
+					t.Fatalf("round %d: %d of the late writes committed (the writer stopped with %v), want 0", round, n, err)
+				}
+				claimTx(t, st, key, newClaim(1), store.Claimed).Rollback(context.Background())
+			}
+		})
 	}
 }
