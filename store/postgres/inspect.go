@@ -13,12 +13,14 @@ import (
 var _ store.Inspector = (*Store)(nil)
 
 // inspectSQL reads a key's row, and probes the owner of a transactional
-// claim in flight as a claim would.
+// claim in flight as a claim would, with a lock its statement's own
+// transaction lets go of: nothing of it lives in the session, even when
+// the statement is cancelled half way.
 const inspectSQL = `SELECT r.token, r.fingerprint, r.created_at, r.expires_at,
        (extract(epoch FROM r.expires_at - statement_timestamp()) * 1000000)::bigint,
        r.lock_id, r.status, r.header, r.body, r.body_omitted, r.completed_at, pg_column_size(r.*),
        CASE WHEN r.status IS NULL AND r.lock_id IS NOT NULL
-            THEN CASE WHEN pg_try_advisory_lock(r.lock_id) THEN pg_advisory_unlock(r.lock_id) ELSE false END
+            THEN pg_try_advisory_xact_lock(r.lock_id)
        END
 FROM T r WHERE r.key = $1`
 
