@@ -545,8 +545,11 @@ func recordArgs(key, token string, rec *store.Record, retention time.Duration) (
 	if body == nil {
 		body = []byte{} // NULL is for a key in flight
 	}
-	return []any{key, token, rec.Fingerprint[:], int16(rec.Status), h, body, rec.BodyOmitted,
-		rec.CreatedAt, rec.CompletedAt, us}, nil
+	// Room for one more: a transaction's keep adds the claim's life.
+	args := make([]any, 10, 11)
+	args[0], args[1], args[2], args[3], args[4] = key, token, rec.Fingerprint[:], int16(rec.Status), h
+	args[5], args[6], args[7], args[8], args[9] = body, rec.BodyOmitted, rec.CreatedAt, rec.CompletedAt, us
+	return args, nil
 }
 
 // Sweep deletes the rows whose life is over, in batches of
