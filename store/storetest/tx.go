@@ -124,6 +124,10 @@ func (s *txSuite) claimed(key string, c store.Claim) (store.Tx, context.Context)
 	if res.State != store.Claimed {
 		s.t.Fatalf("ClaimTx of a free key: %v, want %v", res.State, store.Claimed)
 	}
+	// A subtest that fails half way must not leave the claim, its
+	// connection and its locks held for the next (a second end is
+	// refused, and changes nothing).
+	s.t.Cleanup(func() { tx.Rollback(context.WithoutCancel(s.ctx)) })
 	return tx, tx.NewContext(s.ctx)
 }
 
