@@ -151,7 +151,11 @@
 // flight, so that a keep between the repeat's claim and its subscription
 // is not missed. What a wake costs Redis is one message per kept or
 // released claim to each subscribed Store, whether or not anyone waits on
-// that key; with nobody subscribed, a PUBLISH costs a lookup.
+// that key. With nobody subscribed a PUBLISH still costs more than a
+// lookup: Redis sends it on to every replica, where the script's writes
+// alone would have gone as one command (a keep reaches a replica as MULTI,
+// SET, PUBLISH, EXEC), and in a Cluster over the cluster bus to every
+// node (below).
 //
 // The channel is a classic one, PUBLISH and SUBSCRIBE, on every topology.
 // In a Cluster, Redis 7 broadcasts a classic PUBLISH to every node, so a

@@ -153,7 +153,7 @@ type hub struct {
 
 	mu      sync.Mutex
 	running bool          // the subscription's goroutine runs
-	state   hubState      //
+	state   hubState      // starting, up (subscribed) or down
 	ready   chan struct{} // closed when state leaves hubStarting
 	keys    map[string]*waitEntry
 	waiters int       // registered, over all keys
@@ -258,10 +258,7 @@ func (h *hub) setState(st hubState) (was hubState) {
 	defer h.mu.Unlock()
 	was = h.state
 	if st == hubUp {
-		for name, e := range h.keys {
-			close(e.ch)
-			delete(h.keys, name)
-		}
+		h.wakeAll()
 	}
 	if h.state == hubStarting && st != hubStarting {
 		close(h.ready)
@@ -276,10 +273,12 @@ func (h *hub) setState(st hubState) (was hubState) {
 // Wait after the hub ended).
 func (h *hub) refused() {
 	h.mu.Lock()
-	up := h.state == hubUp
-	h.mu.Unlock()
-	if !up {
-		h.setState(hubDown)
+	defer h.mu.Unlock()
+	if h.state == hubStarting {
+		close(h.ready)
+	}
+	if h.state != hubUp {
+		h.state = hubDown
 	}
 }
 
@@ -296,6 +295,8 @@ func (h *hub) stop() bool {
 	if h.state != hubStarting {
 		h.state, h.ready = hubStarting, make(chan struct{})
 	}
+	// Empty now: a new map gives back what a burst of waiters grew.
+	h.keys = make(map[string]*waitEntry)
 	return true
 }
 
@@ -305,14 +306,20 @@ func (h *hub) stop() bool {
 func (h *hub) closed() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for name, e := range h.keys {
-		close(e.ch)
-		delete(h.keys, name)
-	}
+	h.wakeAll()
 	if h.state == hubStarting {
 		close(h.ready)
 	}
 	h.state = hubDown // and running stays true: nothing restarts it
+}
+
+// wakeAll wakes every waiter, whatever its key: each claims again to see
+// where its key stands. h.mu is held.
+func (h *hub) wakeAll() {
+	for name, e := range h.keys {
+		close(e.ch)
+		delete(h.keys, name)
+	}
 }
 
 // run holds the subscription until stop ends it.
