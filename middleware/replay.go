@@ -129,14 +129,8 @@ func (m *Middleware) setRequestID(w http.ResponseWriter, r *http.Request, slot *
 // else a new random UUID (or "" under WithoutNewRequestID): fresh, when
 // not "", which newToken made with the owner token.
 func (m *Middleware) requestID(w http.ResponseWriter, r *http.Request, fresh string) string {
-	if v := w.Header()[idemkey.HeaderRequestID]; len(v) > 0 && v[0] != "" {
-		return v[0]
-	}
-	if id := headerValue(r.Header, idemkey.HeaderRequestID); saneRequestID(id) {
+	if id := givenRequestID(w, r); id != "" || m.cfg.noNewRequestID {
 		return id
-	}
-	if m.cfg.noNewRequestID {
-		return ""
 	}
 	if fresh != "" {
 		return fresh
@@ -144,13 +138,22 @@ func (m *Middleware) requestID(w http.ResponseWriter, r *http.Request, fresh str
 	return newRequestID()
 }
 
+// givenRequestID returns the request id requestID takes from the response
+// or the request, or "" when it would make one.
+func givenRequestID(w http.ResponseWriter, r *http.Request) string {
+	if v := w.Header()[idemkey.HeaderRequestID]; len(v) > 0 && v[0] != "" {
+		return v[0]
+	}
+	if id := headerValue(r.Header, idemkey.HeaderRequestID); saneRequestID(id) {
+		return id
+	}
+	return ""
+}
+
 // needsNewRequestID reports whether requestID, asked now, would make a new
 // id.
 func (m *Middleware) needsNewRequestID(w http.ResponseWriter, r *http.Request) bool {
-	if v := w.Header()[idemkey.HeaderRequestID]; len(v) > 0 && v[0] != "" {
-		return false
-	}
-	return !m.cfg.noNewRequestID && !saneRequestID(headerValue(r.Header, idemkey.HeaderRequestID))
+	return !m.cfg.noNewRequestID && givenRequestID(w, r) == ""
 }
 
 func saneRequestID(id string) bool {
