@@ -578,44 +578,17 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	stmt, args := s.sql.keep(key, token, rec, header, ret, 0)
-	stmt = s.sql.noWait(stmt)
-	var lastErr error
-	for range maxAttempts {
-		n, err := s.exec(ctx, stmt, args...)
-		if isNumber(err, errLockWaitTimeout) {
-			// Another transaction holds the row: see what it was.
-			n, err = 0, nil
-		}
-		if err != nil {
-			if connLost(ctx, err) {
-				lastErr = err
-				continue
-			}
-			return unavailable("complete", err)
-		}
-		if n == 1 {
-			return nil
-		}
-		st, err := s.state(ctx, key, token)
-		if err != nil {
-			if connLost(ctx, err) {
-				lastErr = err
-				continue
-			}
-			return unavailable("complete", err)
-		}
+	return s.owned(ctx, "complete", s.sql.noWait(stmt), args, key, token, func(st rowState) (bool, error) {
 		switch {
 		case st.mine && st.kept && st.live:
-			return nil // a resent Complete
+			return false, nil // a resent Complete
 		case st.mine && !st.kept && st.live:
 			// The row changed between the statements, or another
 			// transaction held it a moment (a claim that met it).
-			pause(ctx)
-			continue
+			return true, nil
 		}
-		return store.ErrNotOwner
-	}
-	return unavailable("complete", gaveUp(lastErr))
+		return false, store.ErrNotOwner
+	})
 }
 
 // Release deletes the claim held by token: one round trip (two when it
@@ -631,41 +604,15 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	stmt := s.sql.noWait(s.sql.release(key, token))
-	var lastErr error
-	for range maxAttempts {
-		n, err := s.exec(ctx, stmt)
-		if isNumber(err, errLockWaitTimeout) {
-			n, err = 0, nil
-		}
-		if err != nil {
-			if connLost(ctx, err) {
-				lastErr = err
-				continue
-			}
-			return unavailable("release", err)
-		}
-		if n == 1 {
-			return nil
-		}
-		st, err := s.state(ctx, key, token)
-		if err != nil {
-			if connLost(ctx, err) {
-				lastErr = err
-				continue
-			}
-			return unavailable("release", err)
-		}
+	return s.owned(ctx, "release", s.sql.noWait(s.sql.release(key, token)), nil, key, token, func(st rowState) (bool, error) {
 		switch {
 		case !st.found || !st.live:
-			return nil
+			return false, nil
 		case st.mine && !st.kept:
-			pause(ctx) // the row changed between the statements, or was held a moment
-			continue
+			return true, nil // the row changed between the statements, or was held a moment
 		}
-		return store.ErrNotOwner
-	}
-	return unavailable("release", gaveUp(lastErr))
+		return false, store.ErrNotOwner
+	})
 }
 
 // Extend sets the remaining life of the claim held by token to ttl
@@ -681,38 +628,49 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	stmt := s.sql.noWait(s.sql.extend(key, token, microsOf(ttl)))
+	return s.owned(ctx, "extend", s.sql.noWait(s.sql.extend(key, token, microsOf(ttl))), nil, key, token, func(st rowState) (bool, error) {
+		if st.mine && !st.kept && st.live {
+			return true, nil // held a moment by another transaction
+		}
+		return false, store.ErrNotOwner
+	})
+}
+
+// owned runs stmt, a change to the row of key that token's claim fences,
+// until it changes one row, which is success. When it changes none (or
+// another transaction holds the row) settle reads the row's state and
+// says whether to ask again after a pause, or what the call answers. A
+// lost connection asks again; any other failure wraps
+// store.ErrUnavailable, naming op. ctx bounds it all.
+func (s *Store) owned(ctx context.Context, op, stmt string, args []any, key, token string, settle func(rowState) (again bool, err error)) error {
 	var lastErr error
 	for range maxAttempts {
-		n, err := s.exec(ctx, stmt)
+		n, err := s.exec(ctx, stmt, args...)
 		if isNumber(err, errLockWaitTimeout) {
+			// Another transaction holds the row: see what it was.
 			n, err = 0, nil
 		}
-		if err != nil {
-			if connLost(ctx, err) {
-				lastErr = err
-				continue
-			}
-			return unavailable("extend", err)
-		}
-		if n == 1 {
+		if err == nil && n == 1 {
 			return nil
 		}
-		st, err := s.state(ctx, key, token)
+		var st rowState
+		if err == nil {
+			st, err = s.state(ctx, key, token)
+		}
 		if err != nil {
 			if connLost(ctx, err) {
 				lastErr = err
 				continue
 			}
-			return unavailable("extend", err)
+			return unavailable(op, err)
 		}
-		if st.mine && !st.kept && st.live {
-			pause(ctx) // held a moment by another transaction
-			continue
+		again, err := settle(st)
+		if !again {
+			return err
 		}
-		return store.ErrNotOwner
+		pause(ctx)
 	}
-	return unavailable("extend", gaveUp(lastErr))
+	return unavailable(op, gaveUp(lastErr))
 }
 
 // pause waits a moment (5 ms, or until ctx ends) before a call asks again.
