@@ -3,13 +3,11 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/postgres"
 	"github.com/idemkey/idemkey/store/storetest"
 )
@@ -97,39 +95,5 @@ func TestSQLLateWritesUndone(t *testing.T) {
 	db := sqlDB(t)
 	st, table := newSQLStore(t, db)
 	pay := newPayments(t, sharedPool(t), table)
-	for _, tc := range []struct {
-		name string
-		end  func(tx store.Tx) error
-	}{
-		{"Rollback", func(tx store.Tx) error { return tx.Rollback(context.Background()) }},
-		{"CommitRefused", func(tx store.Tx) error { return tx.Commit(context.Background(), nil, time.Hour) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			for round := range 10 {
-				key, c := newKey(), newClaim(1)
-				tx := claimTx(t, st, key, c, store.Claimed)
-				ctx := tx.NewContext(context.Background())
-				var wrote atomic.Int64
-				stopped := make(chan error, 1)
-				go func() {
-					for {
-						if err := pay.insertSQL(ctx, key, "late"); err != nil {
-							stopped <- err
-							return
-						}
-						wrote.Add(1)
-					}
-				}()
-				for wrote.Load() < 3 {
-					time.Sleep(time.Millisecond)
-				}
-				tc.end(tx)
-				err := <-stopped
-				if n := pay.count(t, key); n != 0 {
-					t.Fatalf("round %d: %d of the late writes committed (the writer stopped with %v), want 0", round, n, err)
-				}
-				claimTx(t, st, key, newClaim(1), store.Claimed).Rollback(context.Background())
-			}
-		})
-	}
+	lateWritesUndone(t, st, pay, 10, pay.insertSQL)
 }

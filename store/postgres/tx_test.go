@@ -509,14 +509,22 @@ func TestTxCommitRefused(t *testing.T) {
 
 // TestLateWritesUndone: a goroutine the handler left running keeps writing
 // through the request's pgx.Tx while the store ends it without keeping
-// anything (a 5xx's rollback, a commit refused). None of those writes
-// commits, on the request's connection or on the one the pool hands out
-// next: the key is free after, and its retry runs the handler again, so a
-// write that landed would be made twice.
+// anything. As TestSQLLateWritesUndone: none of those writes commits, on
+// the request's connection or on the one the pool hands out next.
 func TestLateWritesUndone(t *testing.T) {
 	pool := sharedPool(t)
 	st, table := newStore(t, pool)
 	pay := newPayments(t, pool, table)
+	lateWritesUndone(t, st, pay, 20, pay.insert)
+}
+
+// lateWritesUndone: a goroutine the handler left running keeps writing
+// (insert) through the request's transaction while the store ends it
+// without keeping anything (a 5xx's rollback, a commit refused), rounds
+// times each. None of those writes commits: the key is free after, and its
+// retry runs the handler again, so a write that landed would be made
+// twice.
+func lateWritesUndone(t *testing.T, st *postgres.Store, pay payments, rounds int, insert func(ctx context.Context, key, by string) error) {
 	for _, tc := range []struct {
 		name string
 		end  func(tx store.Tx) error
@@ -525,7 +533,7 @@ func TestLateWritesUndone(t *testing.T) {
 		{"CommitRefused", func(tx store.Tx) error { return tx.Commit(context.Background(), nil, time.Hour) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for round := range 20 {
+			for round := range rounds {
 				key, c := newKey(), newClaim(1)
 				tx := claimTx(t, st, key, c, store.Claimed)
 				ctx := tx.NewContext(context.Background())
@@ -533,7 +541,7 @@ func TestLateWritesUndone(t *testing.T) {
 				stopped := make(chan error, 1)
 				go func() {
 					for {
-						if err := pay.insert(ctx, key, "late"); err != nil {
+						if err := insert(ctx, key, "late"); err != nil {
 							stopped <- err
 							return
 						}
