@@ -18,6 +18,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -284,6 +285,13 @@ type Record struct {
 	// Fingerprint is the canonical digest of the request that produced the
 	// response.
 	Fingerprint [32]byte
+	// RawDigest is a digest of that request as its bytes were sent, kept
+	// beside Fingerprint so that a repeat with the same bytes is known
+	// without building the canonical form; zero when the record was kept
+	// without one (a store or an earlier version that does not keep it),
+	// and then the repeat is compared by Fingerprint alone. A store keeps
+	// it as it keeps Fingerprint: 32 opaque bytes.
+	RawDigest [32]byte
 	// CreatedAt is when the key was claimed, CompletedAt when the response
 	// was kept.
 	CreatedAt, CompletedAt time.Time
@@ -296,6 +304,12 @@ var (
 	// ErrUnavailable: the backend could not be reached or refused the
 	// operation. Stores wrap their backend's error with it.
 	ErrUnavailable = errors.New("idemkey: store: unavailable")
+	// ErrUnreachable: the backend could not be reached at all (a refused
+	// or timed-out dial, an unknown host), as opposed to one that is
+	// busy (a full pool) or that refused the operation. It wraps
+	// ErrUnavailable; only this error lets a middleware built with
+	// WithFailOpen run a handler without a claim.
+	ErrUnreachable = fmt.Errorf("%w: not reachable", ErrUnavailable)
 	// ErrFull: the store is at capacity and refuses new claims rather than
 	// drop a claim or a record inside its life.
 	ErrFull = errors.New("idemkey: store: full")
