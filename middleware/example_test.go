@@ -129,10 +129,10 @@ func ExampleWithWait() {
 type unreachable struct{ store.Store }
 
 func (unreachable) Claim(context.Context, string, store.Claim) (store.Result, error) {
-	return store.Result{}, store.ErrUnavailable
+	return store.Result{}, store.ErrUnreachable
 }
 
-func (unreachable) Release(context.Context, string, string) error { return store.ErrUnavailable }
+func (unreachable) Release(context.Context, string, string) error { return store.ErrUnreachable }
 
 // By default a request whose key cannot be claimed is refused with 503 and
 // its handler does not run; WithFailOpen runs it without idempotency.

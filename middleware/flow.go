@@ -174,11 +174,13 @@ func (a *attempt) decide(o claimOutcome) {
 		}
 		// The claim may have landed before the failure; free it if so.
 		m.releaseAbandoned(a.r, a.skey, a.claim.Token, a.digest)
-		if m.cfg.failOpen && errors.Is(o.err, store.ErrUnavailable) &&
+		if m.cfg.failOpen && errors.Is(o.err, store.ErrUnreachable) &&
 			a.r.Context().Err() == nil && !a.sawInFlight {
-			// The store is out of reach: run without idempotency, on the
-			// body already read. Any other error (a value the store could
-			// not read may be a kept response) still answers 503; so does
+			// The store cannot be reached at all: run without idempotency,
+			// on the body already read. Any other error (a full pool, a
+			// timeout of a reachable store whose first request may still
+			// run, a value the store could not read that may be a kept
+			// response) still answers 503; so does
 			// a failure under a caller that has gone (its retry would run
 			// again), and one met while waiting on a first request this
 			// one saw running.

@@ -122,7 +122,8 @@ type Middleware struct {
 const maxAbandoned = 16
 
 // New returns a Middleware that keeps its claims and records in st. It
-// returns an error for a nil store and for invalid options (see Option).
+// returns an error for a nil store, for invalid options (see Option), and
+// for WithFailOpen with a store.TxStore.
 func New(st store.Store, opts ...Option) (*Middleware, error) {
 	if st == nil {
 		return nil, errors.New("idemkey: middleware: nil store")
@@ -135,6 +136,9 @@ func New(st store.Store, opts ...Option) (*Middleware, error) {
 	m.ext, _ = st.(store.Extender)
 	m.tx, _ = st.(store.TxStore)
 	m.waiter, _ = st.(store.Waiter)
+	if cfg.failOpen && m.tx != nil {
+		return nil, fmt.Errorf("idemkey: middleware: WithFailOpen with a transactional store (%T): its handlers never run without their transaction", st)
+	}
 	if cfg.cacheSize > 0 {
 		m.cache = newReplayCache(cfg.cacheSize, cfg.cacheTTL)
 	}

@@ -486,7 +486,7 @@ func TestStoreUnavailable(t *testing.T) {
 	if h.runs.Load() != 0 {
 		t.Fatal("fail-open ran the handler on an error that is not an outage")
 	}
-	open.store.failClaims(fmt.Errorf("%w: connection refused", store.ErrUnavailable))
+	open.store.failClaims(fmt.Errorf("%w: connection refused", store.ErrUnreachable))
 	w = serve(open.mw.Required()(h), post("k", `{"amount":7}`))
 	if w.Code != http.StatusCreated || h.runs.Load() != 1 || !strings.Contains(w.Body.String(), `"echo":{"amount":7}`) {
 		t.Fatalf("fail-open: %d %q runs %d, want the handler to read the whole body", w.Code, w.Body, h.runs.Load())
@@ -877,13 +877,39 @@ func TestWaitEndsWhenTheKeyIsHeldForAnotherRequest(t *testing.T) {
 	}
 }
 
+// TestFailOpenOnlyWhenUnreachable: WithFailOpen runs a handler without a
+// claim only when the store cannot be reached at all. A full pool, a
+// timeout of a store that answers, a full store: each is a store that is
+// up, whose first request for the key may be running, and answers 503.
+func TestFailOpenOnlyWhenUnreachable(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf("%w: connection pool exhausted", store.ErrUnavailable),
+		fmt.Errorf("%w: i/o timeout", store.ErrUnavailable),
+		fmt.Errorf("%w: max entries", store.ErrFull),
+	} {
+		f := newFixture(t, middleware.WithFailOpen())
+		h := &counter{}
+		f.store.failClaims(err)
+		wantProblem(t, serve(f.mw.Required()(h), post("k", `{}`)), http.StatusServiceUnavailable, middleware.CodeUnavailable)
+		if h.runs.Load() != 0 {
+			t.Errorf("%v: fail-open ran the handler", err)
+		}
+	}
+	f := newFixture(t, middleware.WithFailOpen())
+	h := &counter{}
+	f.store.failClaims(fmt.Errorf("%w: dial tcp 127.0.0.1:6379: connect: connection refused", store.ErrUnreachable))
+	if w := serve(f.mw.Required()(h), post("k", `{}`)); w.Code != http.StatusCreated || h.runs.Load() != 1 {
+		t.Fatalf("unreachable: %d runs %d, want 201 and one run", w.Code, h.runs.Load())
+	}
+}
+
 // TestFailOpenBodyEndsWithTheHandler shows that, as on a claimed run, the
 // body a fail-open handler was given reads EOF once the handler has
 // returned: its buffer goes back to the pool then, and a late read must
 // never find another request's body in it.
 func TestFailOpenBodyEndsWithTheHandler(t *testing.T) {
 	f := newFixture(t, middleware.WithFailOpen())
-	f.store.failClaims(fmt.Errorf("%w: connection refused", store.ErrUnavailable))
+	f.store.failClaims(fmt.Errorf("%w: connection refused", store.ErrUnreachable))
 	var body io.Reader
 	f.mw.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body = r.Body
@@ -902,7 +928,7 @@ func TestFailOpenNeverRunsForACallerThatHasGone(t *testing.T) {
 	f := newFixture(t, middleware.WithFailOpen())
 	h := &counter{}
 	srv := f.mw.Required()(h)
-	f.store.failClaims(fmt.Errorf("%w: %w", store.ErrUnavailable, context.Canceled))
+	f.store.failClaims(fmt.Errorf("%w: %w", store.ErrUnreachable, context.Canceled))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	serve(srv, post("gone-1", `{"a":1}`).WithContext(ctx))
@@ -940,7 +966,7 @@ func TestFailOpenNeverRunsARepeatItSawInFlight(t *testing.T) {
 	for f.store.claims.Load() < 3 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	f.store.failClaims(fmt.Errorf("%w: connection reset", store.ErrUnavailable))
+	f.store.failClaims(fmt.Errorf("%w: connection reset", store.ErrUnreachable))
 	code := <-repeat
 	f.store.failClaims(nil)
 	close(finish)

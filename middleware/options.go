@@ -311,13 +311,18 @@ func WithErrorWriter(w ErrorWriter) Option {
 	}
 }
 
-// WithFailOpen makes a request whose claim fails because the store is out
-// of reach (an error matching store.ErrUnavailable) run its handler without
-// idempotency instead of answering 503. A retry of such a request may then
-// run twice. Other claim errors (a full store included) still answer 503,
-// and so does a failure under a request whose caller has gone (its context
-// is done: its retry would run again) or that found its key running for
-// the same request and waits on it (WithWait). Default: off, fail closed.
+// WithFailOpen makes a request whose claim fails because the store cannot
+// be reached at all (an error matching store.ErrUnreachable: a refused or
+// timed-out dial, an unknown host) run its handler without idempotency
+// instead of answering 503. A retry of such a request may then run twice.
+// Every other claim error still answers 503, as without the option: a full
+// pool, a full store (store.ErrFull), a refused operation, or a timeout of a
+// store that is reachable (the first request may be running on it); so does
+// a failure under a request whose caller has gone (its context is done: its
+// retry would run again) or that found its key running for the same
+// request and waits on it (WithWait). New refuses the option with a
+// store.TxStore: a transactional store's handler never runs without its
+// transaction. Default: off, fail closed.
 func WithFailOpen() Option {
 	return func(c *config) error {
 		c.failOpen = true

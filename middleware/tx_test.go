@@ -338,3 +338,16 @@ func TestKeylessRequestRunsInATransaction(t *testing.T) {
 		t.Errorf("a keyless request was answered as a replay")
 	}
 }
+
+// TestFailOpenRefusedWithATransactionalStore: a transactional store's
+// handler never runs without its transaction, so New refuses WithFailOpen
+// with one (a full pool of such a store once ran a key twice this way).
+func TestFailOpenRefusedWithATransactionalStore(t *testing.T) {
+	_, err := middleware.New(newTxStore(t), middleware.WithFailOpen())
+	if err == nil || !strings.Contains(err.Error(), "WithFailOpen") || !strings.Contains(err.Error(), "transaction") {
+		t.Fatalf("New: %v, want an error naming WithFailOpen and the transaction", err)
+	}
+	if _, err := middleware.New(newTxStore(t)); err != nil {
+		t.Fatalf("New without WithFailOpen: %v", err)
+	}
+}
