@@ -100,42 +100,92 @@ type Event struct {
 type Observer func(r *http.Request, e Event)
 
 // SlogObserver returns an Observer that logs each event to l: store errors,
-// lost ownership, invalid routes and missing scopes (a service's
-// misconfiguration) at Warn, refusals (409, 422, 400, 413) at Info, the
-// rest at Debug. It logs the key digest, never the key or the body.
+// lost ownership, a full store, invalid routes and missing scopes (a
+// service's misconfiguration) at Warn, refusals (409, 422, 400, 413) at
+// Info, the rest at Debug. It logs the key digest, never the key or the
+// body.
 func SlogObserver(l *slog.Logger) Observer {
-	return func(r *http.Request, e Event) {
-		level := slog.LevelDebug
-		switch e.Kind {
-		case EventStoreError, EventOwnershipLost, EventStoreFull, EventRouteInvalid, EventScopeMissing:
-			level = slog.LevelWarn
-		case EventInFlight, EventKeyReused, EventKeyMissing, EventKeyInvalid, EventRequestTooLarge, EventBodyUnreadable:
-			level = slog.LevelInfo
-		}
-		ctx := r.Context()
-		if !l.Enabled(ctx, level) {
-			return
-		}
-		attrs := make([]slog.Attr, 0, 9)
-		attrs = append(attrs, slog.String("event", e.Kind.String()), slog.String("method", r.Method), slog.String("path", r.URL.Path))
-		if e.Route != "" {
-			attrs = append(attrs, slog.String("route", e.Route))
-		}
-		if e.KeyDigest != "" {
-			attrs = append(attrs, slog.String("key_digest", e.KeyDigest))
-		}
-		if e.Status != 0 {
-			attrs = append(attrs, slog.Int("status", e.Status))
-		}
-		if e.Size != 0 {
-			attrs = append(attrs, slog.Int("size", e.Size))
-		}
-		if e.StoreLatency != 0 {
-			attrs = append(attrs, slog.Duration("store_latency", e.StoreLatency))
-		}
-		if e.Err != nil {
-			attrs = append(attrs, slog.String("error", e.Err.Error()))
-		}
-		l.LogAttrs(context.WithoutCancel(ctx), level, "idemkey", attrs...)
+	return func(r *http.Request, e Event) { logEvent(l, r, e) }
+}
+
+// level is the level SlogObserver logs an event of kind k at.
+func (k EventKind) level() slog.Level {
+	switch k {
+	case EventStoreError, EventOwnershipLost, EventStoreFull, EventRouteInvalid, EventScopeMissing:
+		return slog.LevelWarn
+	case EventInFlight, EventKeyReused, EventKeyMissing, EventKeyInvalid, EventRequestTooLarge, EventBodyUnreadable:
+		return slog.LevelInfo
 	}
+	return slog.LevelDebug
+}
+
+func logEvent(l *slog.Logger, r *http.Request, e Event) {
+	level := e.Kind.level()
+	ctx := r.Context()
+	if !l.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 9)
+	attrs = append(attrs, slog.String("event", e.Kind.String()), slog.String("method", r.Method), slog.String("path", r.URL.Path))
+	if e.Route != "" {
+		attrs = append(attrs, slog.String("route", e.Route))
+	}
+	if e.KeyDigest != "" {
+		attrs = append(attrs, slog.String("key_digest", e.KeyDigest))
+	}
+	if e.Status != 0 {
+		attrs = append(attrs, slog.Int("status", e.Status))
+	}
+	if e.Size != 0 {
+		attrs = append(attrs, slog.Int("size", e.Size))
+	}
+	if e.StoreLatency != 0 {
+		attrs = append(attrs, slog.Duration("store_latency", e.StoreLatency))
+	}
+	if e.Err != nil {
+		attrs = append(attrs, slog.String("error", e.Err.Error()))
+	}
+	l.LogAttrs(context.WithoutCancel(ctx), level, "idemkey", attrs...)
+}
+
+// observed reports whether any observer receives events: what only an
+// event reports (a record's size, a store call's latency) is not worked
+// out for nobody.
+func (m *Middleware) observed() bool { return len(m.cfg.observers) > 0 }
+
+// since is time.Since(t) for an event's StoreLatency: 0 when no observer
+// will read it, which spares reading the clock.
+func (m *Middleware) since(t time.Time) time.Duration {
+	if !m.observed() {
+		return 0
+	}
+	return time.Since(t)
+}
+
+// emit reports e to the observers. With none set, an event an operator
+// must see (the kinds SlogObserver logs at Warn: store errors, lost
+// ownership, a refused or failed keep or release, a full store, an
+// invalid route or a missing scope) goes to slog.Default() at Warn, so
+// that nothing fails silently; the rest goes nowhere. An observer the
+// service sets replaces that log.
+func (m *Middleware) emit(r *http.Request, e Event) {
+	if !m.observed() {
+		if e.Kind.level() == slog.LevelWarn {
+			e.Route = m.routeName(r)
+			logEvent(slog.Default(), r, e)
+		}
+		return
+	}
+	e.Route = m.routeName(r)
+	for _, o := range m.cfg.observers {
+		o(r, e)
+	}
+}
+
+// routeName names r's route for Event.Route.
+func (m *Middleware) routeName(r *http.Request) string {
+	if r.Pattern == "" && m.cfg.routeName != nil {
+		return m.cfg.routeName(r)
+	}
+	return r.Pattern
 }

@@ -530,30 +530,3 @@ func (m *Middleware) refuseWithID(w http.ResponseWriter, r *http.Request, ev Eve
 	m.setRequestID(w, r, nil, fresh)
 	m.cfg.errorWriter(w, r, p)
 }
-
-// observed reports whether any observer receives events: what only an
-// event reports (a record's size, a store call's latency) is not worked
-// out for nobody.
-func (m *Middleware) observed() bool { return len(m.cfg.observers) > 0 }
-
-// since is time.Since(t) for an event's StoreLatency: 0 when no observer
-// will read it, which spares reading the clock.
-func (m *Middleware) since(t time.Time) time.Duration {
-	if !m.observed() {
-		return 0
-	}
-	return time.Since(t)
-}
-
-func (m *Middleware) emit(r *http.Request, e Event) {
-	if !m.observed() {
-		return
-	}
-	e.Route = r.Pattern
-	if e.Route == "" && m.cfg.routeName != nil {
-		e.Route = m.cfg.routeName(r)
-	}
-	for _, o := range m.cfg.observers {
-		o(r, e)
-	}
-}

@@ -21,7 +21,8 @@
 // Errors the middleware writes itself are RFC 9457 problem+json
 // (idemkey.Problem) with a machine-readable code (the Code constants here
 // and in package idemkey). Every decision is reported to the
-// observers (WithObserver) as an Event.
+// observers (WithObserver) as an Event; with none set, the failures an
+// operator must see go to slog.Default() at Warn, so none is silent.
 //
 // In package code the import is usually given a name, since chi's own
 // middleware package has the same one:

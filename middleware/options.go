@@ -271,7 +271,11 @@ func WithKeepHeader(keep func(name string) bool) Option {
 
 // WithObserver adds o to the observers every decision is reported to, in
 // the order they were given: give it once per observer (a log, metrics, a
-// trace). Default: none. Observers run on the request goroutine, except
+// trace). Default: none, and then the events an operator must see (store
+// errors, lost ownership, a full store, an invalid route, a missing scope)
+// are logged to slog.Default() at Warn with the key's digest, never the
+// key; any observer replaces that log (SlogObserver logs them as it did).
+// Observers run on the request goroutine, except
 // for the events of a claim's heartbeat: keep them fast.
 func WithObserver(o Observer) Option {
 	return func(c *config) error {
