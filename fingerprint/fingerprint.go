@@ -26,9 +26,12 @@
 //   - Path ('P'): the escaped path, r.URL.EscapedPath(), as it is: /a%2Fb
 //     and /a/b differ, and so do /a and /a/.
 //   - Query: the raw query (r.URL.RawQuery) read the way a form body is,
-//     escapes kept as sent: two queries share it only when they have the
-//     same '&'-separated segments, byte for byte, in the same order among
-//     the segments whose names url.ParseQuery decodes alike. So b=2&a=1
+//     escapes kept as sent, without its empty segments (a leading, trailing
+//     or doubled '&', which no decoder tells from their absence: a=1& and
+//     &a=1 are a=1, a=1&&b=2 is a=1&b=2): two queries share it only when
+//     they have the same non-empty '&'-separated segments, byte for byte,
+//     in the same order among the segments whose names url.ParseQuery
+//     decodes alike. So b=2&a=1
 //     and a=1&b=2 are the same, but a=%20 and a=+, a=%41 and a=A, and
 //     a=1%26b=2 and a=1&b=2 differ (a handler may read RawQuery), and so do
 //     a=1&a=2 and a=2&a=1. A plain query, whose every segment is non-empty,
@@ -42,7 +45,9 @@
 //     a malformed escape) is covered as its raw bytes under the tag 'q'.
 //     Until this release every query url.ParseQuery read was written under
 //     'Q' decoded, so a fingerprint kept then of a query that was not
-//     plain can equal today's of its decoded spelling.
+//     plain can equal today's of its decoded spelling; and until this one
+//     a query's empty segments counted, so a record kept then of a query
+//     with one (a=1&) is not found equal to today's repeat of it.
 //   - MediaType ('T'): the Content-Type header parsed by RFC 9110: the
 //     length-prefixed type/subtype in lower case, then its parameters sorted
 //     by name as for Query (names in lower case; quoted values without their
@@ -327,16 +332,17 @@ func (s *scratch) sum(fields Field, q *request, body []byte) [32]byte {
 		b = appendField(b, tagPath, q.path)
 	}
 	if fields&Query != 0 {
+		query := withoutEmptySegments(q.query)
 		switch {
-		case plainQuery(q.query):
-			parseQuery(&s.pairs, q.query)
+		case plainQuery(query):
+			parseQuery(&s.pairs, query)
 			s.field = s.pairs.appendSorted(s.field[:0])
 			b = appendField(b, tagQuery, s.field)
-		case parseQuerySegments(&s.pairs, q.query):
-			s.field = appendSegments(&s.pairs, s.field[:0], q.query)
+		case parseQuerySegments(&s.pairs, query):
+			s.field = appendSegments(&s.pairs, s.field[:0], query)
 			b = appendField(b, tagQuerySegments, s.field)
 		default:
-			b = appendField(b, tagRawQuery, q.query)
+			b = appendField(b, tagRawQuery, query)
 		}
 	}
 	kind := rawBody

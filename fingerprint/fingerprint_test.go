@@ -56,6 +56,8 @@ func TestSumEqual(t *testing.T) {
 		{"query key order", req{"POST", "/", "a=1&b=2", "", "", nil}, req{"POST", "/", "b=2&a=1", "", "", nil}},
 		{"query escapes reordered", req{"POST", "/", "a=%41+b&c=%2f", "", "", nil}, req{"POST", "/", "c=%2f&a=%41+b", "", "", nil}},
 		{"query empty pairs reordered", req{"POST", "/", "a=1&&b", "", "", nil}, req{"POST", "/", "b&&a=1", "", "", nil}},
+		{"query empty segment dropped", req{"POST", "/", "a=1&&b=2", "", "", nil}, req{"POST", "/", "a=1&b=2", "", "", nil}},
+		{"query trailing '&' dropped", req{"POST", "/", "a=1&", "", "", nil}, req{"POST", "/", "a=1", "", "", nil}},
 		{"query names decoded for the order", req{"POST", "/", "%62=2&a=1", "", "", nil}, req{"POST", "/", "a=1&%62=2", "", "", nil}},
 		{"query interleaved keys", req{"POST", "/", "a=1&b=0&a=2", "", "", nil}, req{"POST", "/", "b=0&a=1&a=2", "", "", nil}},
 		{"form pair order", req{"POST", "/", "", form, "a=1&b=2", nil}, req{"POST", "/", "", form, "b=2&a=1", nil}},
@@ -102,7 +104,6 @@ func TestSumDistinct(t *testing.T) {
 		{"query %41 and A", req{"POST", "/", "a=%41", "", "", nil}, req{"POST", "/", "a=A", "", "", nil}},
 		{"query %26 and &", req{"POST", "/", "a=1%26b=2", "", "", nil}, req{"POST", "/", "a=1&b=2", "", "", nil}},
 		{"query escaped name", req{"POST", "/", "%61=1", "", "", nil}, req{"POST", "/", "a=1", "", "", nil}},
-		{"query empty pair", req{"POST", "/", "a=1&&b=2", "", "", nil}, req{"POST", "/", "a=1&b=2", "", "", nil}},
 		{"query name without =", req{"POST", "/", "a", "", "", nil}, req{"POST", "/", "a=", "", "", nil}},
 		{"query values of one name", req{"POST", "/", "a=1&%61=2", "", "", nil}, req{"POST", "/", "%61=2&a=1", "", "", nil}},
 		{"query malformed", req{"POST", "/", "a=%zz", "", "", nil}, req{"POST", "/", "a=%25zz", "", "", nil}},
@@ -398,6 +399,29 @@ func TestSumLargeReordered(t *testing.T) {
 		}
 		if Sum("POST", "/", "", ctJSON, body) != Sum("POST", "/", "", ctJSON, c) {
 			t.Errorf("a %d-byte body and its canonical form have different fingerprints", len(body))
+		}
+	}
+}
+
+// TestEmptyQuerySegmentsDoNotCount: a query's empty segments (a leading,
+// trailing or doubled '&') count for nothing, as for every decoder: /p?a=1&
+// is /p?a=1, whatever else the query holds; its non-empty segments still
+// count as sent.
+func TestEmptyQuerySegmentsDoNotCount(t *testing.T) {
+	sum := func(q string) [32]byte { return Sum("POST", "/p", q, "", nil) }
+	for _, c := range []struct{ a, b string }{
+		{"a=1&", "a=1"}, {"&a=1", "a=1"}, {"a=1&&b=2", "a=1&b=2"}, {"&", ""}, {"&&&", ""},
+		{"a=%20&", "a=%20"}, {"&a&&b=%41&", "a&b=%41"}, {"a;b&", "a;b"}, {"b=2&&a=1", "a=1&b=2"},
+	} {
+		if sum(c.a) != sum(c.b) {
+			t.Errorf("queries %q and %q differ, want the same fingerprint", c.a, c.b)
+		}
+	}
+	for _, c := range []struct{ a, b string }{
+		{"a=1&", "a=1&b"}, {"a=1&", "a=2"}, {"a=%20&", "a=+"}, {"&a=1&a=2", "a=2&a=1"},
+	} {
+		if sum(c.a) == sum(c.b) {
+			t.Errorf("queries %q and %q share a fingerprint", c.a, c.b)
 		}
 	}
 }

@@ -269,6 +269,33 @@ func appendSegments[S string | []byte](p *pairs, dst []byte, src S) []byte {
 	return dst
 }
 
+// withoutEmptySegments returns the URL query q without its empty
+// segments (a leading, trailing or doubled '&'), which no decoder tells
+// from their absence: a=1&, &a=1 and a=1 are one query, and a=1&&b=2 is
+// a=1&b=2. A query with none is returned as it is, without allocating.
+func withoutEmptySegments(q string) string {
+	if !hasEmptySegment(q) {
+		return q
+	}
+	b := make([]byte, 0, len(q))
+	for seg := range strings.SplitSeq(q, "&") {
+		if seg == "" {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, '&')
+		}
+		b = append(b, seg...)
+	}
+	return string(b)
+}
+
+// hasEmptySegment reports whether the non-empty URL query q has an empty
+// '&'-separated segment.
+func hasEmptySegment(q string) bool {
+	return q != "" && (q[0] == '&' || q[len(q)-1] == '&' || strings.Contains(q, "&&"))
+}
+
 // plainQuery reports whether every segment of the URL query q reads the
 // same decoded as sent, so that its decoded pairs are its raw pairs: each
 // segment non-empty and holding a '=', and no '%', '+' or ';' anywhere.
