@@ -59,7 +59,7 @@ func cachedRepeats(t *testing.T, opts []middleware.Option) {
 		}(),
 	} {
 		t.Run(name, func(t *testing.T) {
-			wantProblem(t, serve(mw, r), http.StatusUnprocessableEntity, middleware.CodeKeyReused)
+			wantProblem(t, serve(mw, r), http.StatusUnprocessableEntity, idemkey.CodeKeyReused)
 		})
 	}
 	if got := f.store.claims.Load(); got != claims {

@@ -17,8 +17,8 @@ import (
 // most clients' budgets). The hints now grow with the claim's age: 8 of
 // them in the claim's 35 s, none longer than maxOverdueHint.
 func TestDeadOwnerHintsGrow(t *testing.T) {
-	h := &handler{route: Route{Deadline: DefaultDeadline}}
-	life := DefaultDeadline + ClaimMargin
+	h := &handler{route: Route{Deadline: defaultDeadline}}
+	life := defaultDeadline + ClaimMargin
 	for _, est := range []time.Duration{0, 10 * time.Millisecond} {
 		h.runs = runTimes{}
 		if est > 0 {

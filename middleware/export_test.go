@@ -12,6 +12,9 @@ import (
 func (m *Middleware) HeaderName() string        { return m.cfg.header }
 func (m *Middleware) Covers(method string) bool { return m.cfg.covers(method) }
 
+// Route is the configuration of one route.
+type Route = routeConfig
+
 func (m *Middleware) RouteOf(h http.Handler) (Route, bool) {
 	rt, _, ok := m.routeOf(h)
 	return rt, ok

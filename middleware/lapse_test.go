@@ -138,7 +138,7 @@ func TestSlowHandlerKeepsItsKey(t *testing.T) {
 		if runs.Load() != 1 {
 			t.Fatalf("the handler ran %d times for one key", runs.Load())
 		}
-		wantProblem(t, w, http.StatusConflict, middleware.CodeConflict)
+		wantProblem(t, w, http.StatusConflict, idemkey.CodeConflict)
 
 		if first := <-done; first.Code != http.StatusCreated {
 			t.Fatalf("first: %d", first.Code)
@@ -188,7 +188,7 @@ func TestStreamedServerErrorHoldsTheKeyUntilTheHandlerReturns(t *testing.T) {
 		}()
 		<-bw.wrote
 		time.Sleep(time.Minute)
-		wantProblem(t, serve(h, post("k", `{}`)), http.StatusConflict, middleware.CodeConflict)
+		wantProblem(t, serve(h, post("k", `{}`)), http.StatusConflict, idemkey.CodeConflict)
 		close(bw.let)
 		<-done
 		if w := serve(h, post("k", `{}`)); w.Code != http.StatusInternalServerError || runs.Load() != 2 {

@@ -146,8 +146,10 @@ func New(st store.Store, opts ...Option) (*Middleware, error) {
 	return m, nil
 }
 
-// Route is the idempotency configuration of one route.
-type Route struct {
+// routeConfig is the idempotency configuration of one route, as
+// Required and Optional build it; package openapi reads it through
+// internal/describe.
+type routeConfig struct {
 	// Required: a covered request without a key gets 400
 	// idempotency_key_missing. Otherwise it runs without idempotency.
 	Required bool
@@ -164,7 +166,7 @@ type Route struct {
 // on the first request and in the logs, and no request runs unprotected.
 // Required and Optional keep the shape chi's With and plain nesting take.
 type RouteOption struct {
-	apply func(*Route) error
+	apply func(*routeConfig) error
 }
 
 // Deadline sets the route's deadline: the handler's context ends d after
@@ -172,7 +174,7 @@ type RouteOption struct {
 // default of WithDeadline for this route. A d that is not positive makes
 // the option invalid (see RouteOption).
 func Deadline(d time.Duration) RouteOption {
-	return RouteOption{apply: func(r *Route) error {
+	return RouteOption{apply: func(r *routeConfig) error {
 		if d <= 0 {
 			return fmt.Errorf("idemkey: middleware: Deadline(%v): the deadline must be positive", d)
 		}
@@ -200,7 +202,7 @@ func (m *Middleware) Optional(opts ...RouteOption) func(http.Handler) http.Handl
 }
 
 func (m *Middleware) route(required bool, opts []RouteOption) func(http.Handler) http.Handler {
-	rt := Route{Required: required, Deadline: m.cfg.deadline}
+	rt := routeConfig{Required: required, Deadline: m.cfg.deadline}
 	var errs []error
 	for i, o := range opts {
 		if o.apply == nil {
@@ -224,11 +226,11 @@ func (m *Middleware) route(required bool, opts []RouteOption) func(http.Handler)
 // Required or Optional, the error of its invalid options, and whether h is
 // one. A handler made by another Middleware is not m's: each describes its
 // own routes (with its own header name).
-func (m *Middleware) routeOf(h http.Handler) (Route, error, bool) {
+func (m *Middleware) routeOf(h http.Handler) (routeConfig, error, bool) {
 	if h, ok := h.(*handler); ok && h.m == m {
 		return h.route, h.invalid, true
 	}
-	return Route{}, nil, false
+	return routeConfig{}, nil, false
 }
 
 func init() {
@@ -261,7 +263,7 @@ func init() {
 // takes (for Retry-After hints).
 type handler struct {
 	m       *Middleware
-	route   Route
+	route   routeConfig
 	invalid error // of the route's invalid options: every covered request gets 500
 	next    http.Handler
 	runs    runTimes

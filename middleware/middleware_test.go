@@ -58,13 +58,13 @@ func TestKeyRefusedBeforeAnyStoreCall(t *testing.T) {
 		kind    middleware.EventKind
 		handler bool
 	}{
-		{"missing", nil, 400, middleware.CodeKeyMissing, middleware.EventKeyMissing, false},
-		{"empty", []string{""}, 400, middleware.CodeKeyInvalid, middleware.EventKeyInvalid, false},
-		{"duplicate", []string{"a", "a"}, 400, middleware.CodeKeyInvalid, middleware.EventKeyInvalid, false},
-		{"too long", []string{strings.Repeat("x", 256)}, 400, middleware.CodeKeyInvalid, middleware.EventKeyInvalid, false},
-		{"control", []string{"a\x01"}, 400, middleware.CodeKeyInvalid, middleware.EventKeyInvalid, false},
-		{"non-ASCII", []string{"ключ"}, 400, middleware.CodeKeyInvalid, middleware.EventKeyInvalid, false},
-		{"bad quoting", []string{`"abc`}, 400, middleware.CodeKeyInvalid, middleware.EventKeyInvalid, false},
+		{"missing", nil, 400, idemkey.CodeKeyMissing, middleware.EventKeyMissing, false},
+		{"empty", []string{""}, 400, idemkey.CodeKeyInvalid, middleware.EventKeyInvalid, false},
+		{"duplicate", []string{"a", "a"}, 400, idemkey.CodeKeyInvalid, middleware.EventKeyInvalid, false},
+		{"too long", []string{strings.Repeat("x", 256)}, 400, idemkey.CodeKeyInvalid, middleware.EventKeyInvalid, false},
+		{"control", []string{"a\x01"}, 400, idemkey.CodeKeyInvalid, middleware.EventKeyInvalid, false},
+		{"non-ASCII", []string{"ключ"}, 400, idemkey.CodeKeyInvalid, middleware.EventKeyInvalid, false},
+		{"bad quoting", []string{`"abc`}, 400, idemkey.CodeKeyInvalid, middleware.EventKeyInvalid, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -240,24 +240,24 @@ func TestInFlightConflictAndReuse(t *testing.T) {
 
 	// Same request while the first runs: 409 with Retry-After.
 	w := serve(mw, post("k", `{"a":1}`))
-	wantProblem(t, w, http.StatusConflict, middleware.CodeConflict)
+	wantProblem(t, w, http.StatusConflict, idemkey.CodeConflict)
 	ra, err := strconv.Atoi(w.Header().Get("Retry-After"))
 	if err != nil || ra < 1 || ra > 15 {
 		t.Fatalf("Retry-After %q", w.Header().Get("Retry-After"))
 	}
 	// A different request under the same key while in flight: 422.
-	wantProblem(t, serve(mw, post("k", `{"a":2}`)), http.StatusUnprocessableEntity, middleware.CodeKeyReused)
+	wantProblem(t, serve(mw, post("k", `{"a":2}`)), http.StatusUnprocessableEntity, idemkey.CodeKeyReused)
 
 	close(h.release)
 	if first := <-done; first.Code != http.StatusCreated {
 		t.Fatalf("first: %d", first.Code)
 	}
 	// And after it completed: still 422 for a different request.
-	wantProblem(t, serve(mw, post("k", `{"a":2}`)), http.StatusUnprocessableEntity, middleware.CodeKeyReused)
+	wantProblem(t, serve(mw, post("k", `{"a":2}`)), http.StatusUnprocessableEntity, idemkey.CodeKeyReused)
 	// A different path is a different request too.
 	r := post("k", `{"a":1}`)
 	r.URL.Path = "/refunds"
-	wantProblem(t, serve(mw, r), http.StatusUnprocessableEntity, middleware.CodeKeyReused)
+	wantProblem(t, serve(mw, r), http.StatusUnprocessableEntity, idemkey.CodeKeyReused)
 	if h.runs.Load() != 1 {
 		t.Fatalf("handler ran %d times", h.runs.Load())
 	}
@@ -467,7 +467,7 @@ func TestStoreUnavailable(t *testing.T) {
 	f.store.failClaims(fmt.Errorf("%w: dial tcp: refused", store.ErrUnavailable))
 	h := &counter{}
 	w := serve(f.mw.Required()(h), post("k", `{}`))
-	p := wantProblem(t, w, http.StatusServiceUnavailable, middleware.CodeUnavailable)
+	p := wantProblem(t, w, http.StatusServiceUnavailable, idemkey.CodeUnavailable)
 	if strings.Contains(p.Detail, "refused") {
 		t.Errorf("detail leaks the store error: %q", p.Detail)
 	}
@@ -482,7 +482,7 @@ func TestStoreUnavailable(t *testing.T) {
 	// An error that is not an outage (here a value the store cannot read)
 	// still fails closed under WithFailOpen.
 	open.store.failClaims(errStoreDown)
-	wantProblem(t, serve(open.mw.Required()(h), post("k", `{}`)), http.StatusServiceUnavailable, middleware.CodeUnavailable)
+	wantProblem(t, serve(open.mw.Required()(h), post("k", `{}`)), http.StatusServiceUnavailable, idemkey.CodeUnavailable)
 	if h.runs.Load() != 0 {
 		t.Fatal("fail-open ran the handler on an error that is not an outage")
 	}
@@ -505,7 +505,7 @@ func TestKeepFailureStillAnswersAndLeavesClaimToLapse(t *testing.T) {
 		t.Fatalf("events %v", f.events.kinds())
 	}
 	// The claim still holds the key: a repeat is refused, not run again.
-	wantProblem(t, serve(mw, post("k", `{}`)), http.StatusConflict, middleware.CodeConflict)
+	wantProblem(t, serve(mw, post("k", `{}`)), http.StatusConflict, idemkey.CodeConflict)
 	if h.runs.Load() != 1 {
 		t.Fatalf("runs %d", h.runs.Load())
 	}
@@ -702,7 +702,7 @@ func TestDefaults(t *testing.T) {
 		t.Error("GET covered")
 	}
 	rt, ok := f.mw.RouteOf(f.mw.Handler(http.NotFoundHandler()))
-	if !ok || rt.Required || rt.Deadline != middleware.DefaultDeadline {
+	if !ok || rt.Required || rt.Deadline != 30*time.Second {
 		t.Errorf("default route %+v %v", rt, ok)
 	}
 	rt, _ = f.mw.RouteOf(f.mw.Required(middleware.Deadline(time.Minute))(http.NotFoundHandler()))
@@ -755,7 +755,7 @@ func TestCustomErrorWriter(t *testing.T) {
 		w.WriteHeader(p.Status)
 	}))
 	w := serve(f.mw.Required()(&counter{}), post("", `{}`))
-	if w.Code != 400 || got.Code != middleware.CodeKeyMissing {
+	if w.Code != 400 || got.Code != idemkey.CodeKeyMissing {
 		t.Fatalf("%d %+v", w.Code, got)
 	}
 }
@@ -775,9 +775,9 @@ func TestProblemsTable(t *testing.T) {
 		t.Errorf("ProblemCodes() = %v, want the %d codes of the table", codes, len(want))
 	}
 	// The table cannot be changed from outside: a copy comes back.
-	p, _ := middleware.ProblemFor(middleware.CodeConflict)
+	p, _ := middleware.ProblemFor(idemkey.CodeConflict)
 	p.Status = 200
-	if q, _ := middleware.ProblemFor(middleware.CodeConflict); q.Status != http.StatusConflict {
+	if q, _ := middleware.ProblemFor(idemkey.CodeConflict); q.Status != http.StatusConflict {
 		t.Errorf("ProblemFor handed out the table's own value: status %d", q.Status)
 	}
 }
@@ -801,7 +801,7 @@ func TestStoreTimeoutBoundsAHangingStore(t *testing.T) {
 	go func() { done <- serve(mw.Required()(h), post("k", `{}`)) }()
 	select {
 	case w := <-done:
-		wantProblem(t, w, http.StatusServiceUnavailable, middleware.CodeUnavailable)
+		wantProblem(t, w, http.StatusServiceUnavailable, idemkey.CodeUnavailable)
 	case <-time.After(10 * time.Second):
 		t.Fatal("a hanging claim was not bounded by WithStoreTimeout")
 	}
@@ -822,7 +822,7 @@ func TestLocalCacheServesReplaysWithoutTheStore(t *testing.T) {
 			t.Fatalf("cached replay %d %q", w.Code, w.Body)
 		}
 	}
-	wantProblem(t, serve(mw, post("k", `{"a":2}`)), http.StatusUnprocessableEntity, middleware.CodeKeyReused)
+	wantProblem(t, serve(mw, post("k", `{"a":2}`)), http.StatusUnprocessableEntity, idemkey.CodeKeyReused)
 	if got := f.store.claims.Load(); got != claims {
 		t.Fatalf("%d store claims after the first run, want 0", got-claims)
 	}
@@ -871,7 +871,7 @@ func TestWaitEndsWhenTheKeyIsHeldForAnotherRequest(t *testing.T) {
 	if _, err := f.store.Claim(ctx, skey, store.Claim{Token: "another", Fingerprint: other, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	wantProblem(t, <-repeat, http.StatusUnprocessableEntity, middleware.CodeKeyReused)
+	wantProblem(t, <-repeat, http.StatusUnprocessableEntity, idemkey.CodeKeyReused)
 	if h.runs.Load() != 0 {
 		t.Fatalf("handler ran %d times", h.runs.Load())
 	}
@@ -890,7 +890,7 @@ func TestFailOpenOnlyWhenUnreachable(t *testing.T) {
 		f := newFixture(t, middleware.WithFailOpen())
 		h := &counter{}
 		f.store.failClaims(err)
-		wantProblem(t, serve(f.mw.Required()(h), post("k", `{}`)), http.StatusServiceUnavailable, middleware.CodeUnavailable)
+		wantProblem(t, serve(f.mw.Required()(h), post("k", `{}`)), http.StatusServiceUnavailable, idemkey.CodeUnavailable)
 		if h.runs.Load() != 0 {
 			t.Errorf("%v: fail-open ran the handler", err)
 		}
@@ -993,8 +993,8 @@ func TestInvalidDeadline(t *testing.T) {
 		for _, r := range []*http.Request{post("k", `{}`), post("", `{}`)} {
 			w := serve(h, r)
 			var p idemkey.Problem
-			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusInternalServerError || p.Code != middleware.CodeRouteInvalid {
-				t.Errorf("deadline %v: answer %d %s, want 500 %s", d, w.Code, w.Body, middleware.CodeRouteInvalid)
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusInternalServerError || p.Code != idemkey.CodeRouteInvalid {
+				t.Errorf("deadline %v: answer %d %s, want 500 %s", d, w.Code, w.Body, idemkey.CodeRouteInvalid)
 			}
 		}
 		if n := c.runs.Load(); n != 0 || f.store.calls() != 0 {

@@ -16,13 +16,13 @@ import (
 	"github.com/idemkey/idemkey/scope"
 )
 
-// Defaults. Each option's doc comment says which one it replaces.
+// Defaults, each given in the doc comment of the option that replaces it.
 const (
-	DefaultDeadline        = 30 * time.Second
-	DefaultRetention       = 24 * time.Hour
-	DefaultMaxRequestBody  = 1 << 20
-	DefaultMaxResponseBody = 1 << 20
-	DefaultBodyTimeout     = 30 * time.Second
+	defaultDeadline        = 30 * time.Second
+	defaultRetention       = 24 * time.Hour
+	defaultMaxRequestBody  = 1 << 20
+	defaultMaxResponseBody = 1 << 20
+	defaultBodyTimeout     = 30 * time.Second
 
 	// ClaimMargin is added to a route's deadline to give a claim's life: a
 	// request that never finishes lets go of its key this long after its
@@ -383,19 +383,19 @@ func newConfig(opts []Option) (*config, error) {
 		c.defaultFingerprint = true
 	}
 	if c.deadline == 0 {
-		c.deadline = DefaultDeadline
+		c.deadline = defaultDeadline
 	}
 	if c.retention == 0 {
-		c.retention = DefaultRetention
+		c.retention = defaultRetention
 	}
 	if c.maxRequestBody == 0 {
-		c.maxRequestBody = DefaultMaxRequestBody
+		c.maxRequestBody = defaultMaxRequestBody
 	}
 	if c.maxResponseBody == 0 {
-		c.maxResponseBody = DefaultMaxResponseBody
+		c.maxResponseBody = defaultMaxResponseBody
 	}
 	if c.bodyTimeout == 0 {
-		c.bodyTimeout = DefaultBodyTimeout
+		c.bodyTimeout = defaultBodyTimeout
 	}
 	if c.keep == nil {
 		c.keep = DefaultKeep

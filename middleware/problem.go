@@ -10,51 +10,37 @@ import (
 	"github.com/idemkey/idemkey/internal/problem"
 )
 
-// The codes of the middleware's own problems. It answers with
-// idemkey.CodeRequestTooLarge (413) and idemkey.CodeBodyUnreadable (400)
-// as well, the codes it shares with the gateway. Every problem is an
-// idemkey.Problem, whose type URI is idemkey.ProblemTypePrefix and the code.
-const (
-	CodeKeyMissing  = "idempotency_key_missing"
-	CodeKeyInvalid  = "idempotency_key_invalid"
-	CodeKeyReused   = "idempotency_key_reused"
-	CodeConflict    = "conflict"
-	CodeUnavailable = "unavailable"
-
-	// The 500s, for configuration errors. CodeScopeMissing: the scope
-	// function (WithScope) named no scope for a request (it returned "").
-	// CodeRouteInvalid: the route was built with an invalid RouteOption
-	// (a Deadline that is not positive).
-	CodeScopeMissing = "scope_missing"
-	CodeRouteInvalid = "route_invalid"
-)
+// The middleware answers with the problems whose codes are package
+// idemkey's Code constants (idemkey.CodeKeyMissing, ...). Every problem is
+// an idemkey.Problem, whose type URI is idemkey.ProblemTypePrefix and the
+// code.
 
 // problems lists every problem the middleware can answer with, keyed by
 // code (RetryAfter is filled per response).
 var problems = map[string]idemkey.Problem{
-	CodeKeyMissing:              newProblem(CodeKeyMissing, http.StatusBadRequest, "Idempotency key missing", "This operation requires an idempotency key header."),
-	CodeKeyInvalid:              newProblem(CodeKeyInvalid, http.StatusBadRequest, "Idempotency key invalid", fmt.Sprintf("The idempotency key must be sent once, as 1 to %d printable ASCII characters, bare (without commas or double quotes) or as a quoted string.", idemkey.MaxKeyLength)),
+	idemkey.CodeKeyMissing:      newProblem(idemkey.CodeKeyMissing, http.StatusBadRequest, "Idempotency key missing", "This operation requires an idempotency key header."),
+	idemkey.CodeKeyInvalid:      newProblem(idemkey.CodeKeyInvalid, http.StatusBadRequest, "Idempotency key invalid", fmt.Sprintf("The idempotency key must be sent once, as 1 to %d printable ASCII characters, bare (without commas or double quotes) or as a quoted string.", idemkey.MaxKeyLength)),
 	idemkey.CodeRequestTooLarge: newProblem(idemkey.CodeRequestTooLarge, http.StatusRequestEntityTooLarge, "Request too large", "The request body is larger than this operation accepts."),
 	idemkey.CodeBodyUnreadable:  newProblem(idemkey.CodeBodyUnreadable, http.StatusBadRequest, "Request body unreadable", "The request body could not be read in full."),
-	CodeKeyReused:               newProblem(CodeKeyReused, http.StatusUnprocessableEntity, "Idempotency key reused", "This idempotency key was already used with a different request."),
-	CodeConflict:                newProblem(CodeConflict, http.StatusConflict, "Request in progress", "A request with this idempotency key is still being processed; retry after the delay in Retry-After."),
-	CodeUnavailable:             newProblem(CodeUnavailable, http.StatusServiceUnavailable, "Idempotency store unavailable", "The request was not processed: the service could not reach its idempotency store in time. Retry after the delay in Retry-After."),
-	CodeScopeMissing:            newProblem(CodeScopeMissing, http.StatusInternalServerError, "Caller scope missing", "The request was not processed because the service could not tell whose idempotency keys it uses."),
-	CodeRouteInvalid:            newProblem(CodeRouteInvalid, http.StatusInternalServerError, "Route misconfigured", "The request was not processed because the service configured this operation's idempotency wrongly."),
+	idemkey.CodeKeyReused:       newProblem(idemkey.CodeKeyReused, http.StatusUnprocessableEntity, "Idempotency key reused", "This idempotency key was already used with a different request."),
+	idemkey.CodeConflict:        newProblem(idemkey.CodeConflict, http.StatusConflict, "Request in progress", "A request with this idempotency key is still being processed; retry after the delay in Retry-After."),
+	idemkey.CodeUnavailable:     newProblem(idemkey.CodeUnavailable, http.StatusServiceUnavailable, "Idempotency store unavailable", "The request was not processed: the service could not reach its idempotency store in time. Retry after the delay in Retry-After."),
+	idemkey.CodeScopeMissing:    newProblem(idemkey.CodeScopeMissing, http.StatusInternalServerError, "Caller scope missing", "The request was not processed because the service could not tell whose idempotency keys it uses."),
+	idemkey.CodeRouteInvalid:    newProblem(idemkey.CodeRouteInvalid, http.StatusInternalServerError, "Route misconfigured", "The request was not processed because the service configured this operation's idempotency wrongly."),
 }
 
 // The problems, one value each, for the flow to answer with: a misspelt
 // name does not compile.
 var (
-	problemKeyMissing      = problems[CodeKeyMissing]
-	problemKeyInvalid      = problems[CodeKeyInvalid]
+	problemKeyMissing      = problems[idemkey.CodeKeyMissing]
+	problemKeyInvalid      = problems[idemkey.CodeKeyInvalid]
 	problemRequestTooLarge = problems[idemkey.CodeRequestTooLarge]
 	problemBodyUnreadable  = problems[idemkey.CodeBodyUnreadable]
-	problemKeyReused       = problems[CodeKeyReused]
-	problemConflict        = problems[CodeConflict]
-	problemUnavailable     = problems[CodeUnavailable]
-	problemScopeMissing    = problems[CodeScopeMissing]
-	problemRouteInvalid    = problems[CodeRouteInvalid]
+	problemKeyReused       = problems[idemkey.CodeKeyReused]
+	problemConflict        = problems[idemkey.CodeConflict]
+	problemUnavailable     = problems[idemkey.CodeUnavailable]
+	problemScopeMissing    = problems[idemkey.CodeScopeMissing]
+	problemRouteInvalid    = problems[idemkey.CodeRouteInvalid]
 )
 
 // problemFor returns the problem the middleware answers with code, and

@@ -349,7 +349,7 @@ func TestReleasesOfFailedClaimsAreBounded(t *testing.T) {
 	mw, _ := middleware.New(st, middleware.WithObserver(events.observe))
 	h := mw.Required()(&counter{})
 	for i := range 200 {
-		wantProblem(t, serve(h, post("k"+strconv.Itoa(i), `{}`)), http.StatusServiceUnavailable, middleware.CodeUnavailable)
+		wantProblem(t, serve(h, post("k"+strconv.Itoa(i), `{}`)), http.StatusServiceUnavailable, idemkey.CodeUnavailable)
 	}
 	// Give the background releases time to start: all 200 of them would,
 	// unbounded.

@@ -46,8 +46,8 @@ func TestEmptyScopeIsAnError(t *testing.T) {
 		t.Fatalf("scope %q, %v for an empty scope; want none", sc, ok)
 	}
 	var p idemkey.Problem
-	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusInternalServerError || p.Code != CodeScopeMissing {
-		t.Errorf("answer %d %s, want 500 %s", w.Code, w.Body, CodeScopeMissing)
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusInternalServerError || p.Code != idemkey.CodeScopeMissing {
+		t.Errorf("answer %d %s, want 500 %s", w.Code, w.Body, idemkey.CodeScopeMissing)
 	}
 	if len(events) != 1 || events[0].Kind != EventScopeMissing || events[0].Status != http.StatusInternalServerError {
 		t.Errorf("events %+v, want one %v with status 500", events, EventScopeMissing)

@@ -186,7 +186,7 @@ func TestFailedCommitAnswers503(t *testing.T) {
 			mw, _ := middleware.New(s, middleware.WithObserver(events.observe))
 			h := mw.Required()(http.HandlerFunc(payment))
 			w := serve(h, post("pay-1", `{}`))
-			wantProblem(t, w, http.StatusServiceUnavailable, middleware.CodeUnavailable)
+			wantProblem(t, w, http.StatusServiceUnavailable, idemkey.CodeUnavailable)
 			if w.Header().Get("Location") != "" {
 				t.Errorf("503 carries the handler's Location %q", w.Header().Get("Location"))
 			}
@@ -285,7 +285,7 @@ func TestFlushWhoseCommitFailsAnswers503(t *testing.T) {
 		_, writeErr = io.WriteString(w, "1,2\n")
 	}))
 	w := serve(h, post("k", `{}`))
-	wantProblem(t, w, http.StatusServiceUnavailable, middleware.CodeUnavailable)
+	wantProblem(t, w, http.StatusServiceUnavailable, idemkey.CodeUnavailable)
 	if strings.Contains(w.Body.String(), "a,b") || writeErr == nil {
 		t.Fatalf("body %q, later write error %v: the stream must not go out", w.Body, writeErr)
 	}

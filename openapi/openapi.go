@@ -43,6 +43,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/internal/describe"
@@ -93,7 +94,17 @@ type Operation struct {
 	// Path is the OpenAPI path template, such as "/payments/{id}".
 	Path string
 	// Route is the idempotency configuration of the route.
-	Route middleware.Route
+	Route Route
+}
+
+// Route is the idempotency configuration of one route, as the middleware's
+// Required or Optional built it.
+type Route struct {
+	// Required: a covered request without a key gets 400.
+	Required bool
+	// Deadline bounds the handler's context (middleware.Deadline, else
+	// middleware.WithDeadline's default).
+	Deadline time.Duration
 }
 
 // Operations returns the endpoints m covers, in the order given: those
@@ -149,12 +160,12 @@ var placeholder = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 // routeOf finds the idempotency configuration of an endpoint, counts how
 // many idempotency layers wrap it, and returns the error of a layer built
 // with an invalid route option.
-func routeOf(d describe.Middleware, ep Endpoint) (middleware.Route, int, error) {
-	var route middleware.Route
+func routeOf(d describe.Middleware, ep Endpoint) (Route, int, error) {
+	var route Route
 	var err error
 	n := 0
 	found := func(r describe.Route) {
-		route = middleware.Route{Required: r.Required, Deadline: r.Deadline}
+		route = Route{Required: r.Required, Deadline: r.Deadline}
 		err = cmp.Or(err, r.Err)
 		n++
 	}
@@ -499,7 +510,7 @@ func build(header string, ops []Operation, c config) *Document {
 			"The idempotency key is missing, or malformed (sent twice, empty, too long, or not printable ASCII), or the body could not be read. The request did not run.")
 	}
 	if optional {
-		comp.Responses[BadRequestOptResponse] = problem(http.StatusBadRequest, middleware.CodeKeyMissing, false, badRequest)
+		comp.Responses[BadRequestOptResponse] = problem(http.StatusBadRequest, idemkey.CodeKeyMissing, false, badRequest)
 	}
 	comp.Responses[ConflictResponse] = problem(http.StatusConflict, "", true,
 		"A request with this key is still running. Retry with the same key after the Retry-After hint to get its response; a retry while it still runs gets 409 again.")

@@ -15,7 +15,7 @@ import (
 	"github.com/idemkey/idemkey"
 )
 
-// Route is the configuration of one route, as middleware.Route holds it.
+// Route is the configuration of one route, as the middleware holds it.
 type Route struct {
 	Required bool
 	Deadline time.Duration

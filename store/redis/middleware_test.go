@@ -15,6 +15,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/internal/redistest"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/store"
@@ -120,8 +121,8 @@ func TestMiddlewareRedisDown(t *testing.T) {
 		t.Fatalf("status %d, Retry-After %q; want 503 with Retry-After", w.Code, w.Header().Get("Retry-After"))
 	}
 	var p struct{ Code string }
-	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Code != middleware.CodeUnavailable {
-		t.Fatalf("body %s: want code %q", w.Body.String(), middleware.CodeUnavailable)
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Code != idemkey.CodeUnavailable {
+		t.Fatalf("body %s: want code %q", w.Body.String(), idemkey.CodeUnavailable)
 	}
 	if d > bound {
 		t.Errorf("503 took %v, store budget %v", d, faultBudget)

@@ -13,9 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/examples/internal/payments"
 	"github.com/idemkey/idemkey/internal/pgtest"
-	"github.com/idemkey/idemkey/middleware"
 )
 
 // pgBackend is the PostgreSQL store on the server at url. Each call of
@@ -74,7 +74,7 @@ func twoAtOnce(t *testing.T, s *service, q req, during func()) reply {
 		}()
 	}
 	conflict := <-answers
-	if conflict.Status != http.StatusConflict || conflict.problem(t).Code != middleware.CodeConflict {
+	if conflict.Status != http.StatusConflict || conflict.problem(t).Code != idemkey.CodeConflict {
 		t.Fatalf("of two tries at once, the first to answer got %d %s, want 409 (the other pays for seconds)", conflict.Status, conflict.Body)
 	}
 	during()
@@ -142,8 +142,8 @@ func testDatabaseDown(t *testing.T, routes payments.Routes) {
 		t.Errorf("GET /healthz with the database down: %d %s, want 503", rep.Status, rep.Body)
 	}
 	rep = s.do(req{method: http.MethodPost, path: "/payments", user: "ivy", key: newKey(), body: payment(1, "EUR")})
-	if rep.Status != http.StatusServiceUnavailable || rep.problem(t).Code != middleware.CodeUnavailable || rep.Header.Get("Retry-After") == "" {
-		t.Errorf("POST with the database down: %d %s, want 503 %s with Retry-After", rep.Status, rep.Body, middleware.CodeUnavailable)
+	if rep.Status != http.StatusServiceUnavailable || rep.problem(t).Code != idemkey.CodeUnavailable || rep.Header.Get("Retry-After") == "" {
+		t.Errorf("POST with the database down: %d %s, want 503 %s with Retry-After", rep.Status, rep.Body, idemkey.CodeUnavailable)
 	}
 	rep = s.do(req{method: http.MethodGet, path: "/payments"})
 	if rep.Status != http.StatusServiceUnavailable {

@@ -22,7 +22,6 @@ import (
 	"github.com/idemkey/idemkey/examples/internal/payments"
 	"github.com/idemkey/idemkey/internal/pgtest"
 	"github.com/idemkey/idemkey/internal/redistest"
-	"github.com/idemkey/idemkey/middleware"
 )
 
 // backend is the store a run of the suite uses.
@@ -279,16 +278,16 @@ func testConflict(t *testing.T, routes payments.Routes, b backend) {
 		close(hold.release)
 		t.Fatalf("a repeat during the transfer got %d %s, want 409", rep.Status, rep.Body)
 	}
-	if p := rep.problem(t); p.Code != middleware.CodeConflict {
-		t.Errorf("409 code %q, want %q", p.Code, middleware.CodeConflict)
+	if p := rep.problem(t); p.Code != idemkey.CodeConflict {
+		t.Errorf("409 code %q, want %q", p.Code, idemkey.CodeConflict)
 	}
 	if ra, err := strconv.Atoi(rep.Header.Get("Retry-After")); err != nil || ra < 1 {
 		t.Errorf("409 Retry-After %q, want whole seconds >= 1", rep.Header.Get("Retry-After"))
 	}
 	changed := q
 	changed.body = transfer(26, "acct-bob")
-	if rep := s.do(changed); rep.Status != http.StatusUnprocessableEntity || rep.problem(t).Code != middleware.CodeKeyReused {
-		t.Errorf("a different transfer under the key in flight got %d %s, want 422 %s", rep.Status, rep.Body, middleware.CodeKeyReused)
+	if rep := s.do(changed); rep.Status != http.StatusUnprocessableEntity || rep.problem(t).Code != idemkey.CodeKeyReused {
+		t.Errorf("a different transfer under the key in flight got %d %s, want 422 %s", rep.Status, rep.Body, idemkey.CodeKeyReused)
 	}
 
 	close(hold.release)
@@ -335,8 +334,8 @@ func testMediaType(t *testing.T, routes payments.Routes, b backend) {
 	key := newKey()
 	s.do(req{method: http.MethodPost, path: "/payments", user: "alice", key: key, body: payment(10, "EUR"), contentType: "application/x-www-form-urlencoded"})
 	rep := s.do(req{method: http.MethodPost, path: "/payments", user: "alice", key: key, body: payment(10, "EUR")})
-	if rep.Status != http.StatusUnprocessableEntity || rep.problem(t).Code != middleware.CodeKeyReused {
-		t.Errorf("the JSON-labelled retry of a refused form: %d %s, want 422 %s", rep.Status, rep.Body, middleware.CodeKeyReused)
+	if rep.Status != http.StatusUnprocessableEntity || rep.problem(t).Code != idemkey.CodeKeyReused {
+		t.Errorf("the JSON-labelled retry of a refused form: %d %s, want 422 %s", rep.Status, rep.Body, idemkey.CodeKeyReused)
 	}
 }
 
@@ -359,8 +358,8 @@ func testChangedRequest(t *testing.T, routes payments.Routes, b backend) {
 			t.Errorf("%s %s under a used key: %d %s, want 422", q.path, q.body, rep.Status, rep.Body)
 			continue
 		}
-		if p := rep.problem(t); p.Code != middleware.CodeKeyReused {
-			t.Errorf("422 code %q, want %q", p.Code, middleware.CodeKeyReused)
+		if p := rep.problem(t); p.Code != idemkey.CodeKeyReused {
+			t.Errorf("422 code %q, want %q", p.Code, idemkey.CodeKeyReused)
 		}
 		if bytes.Contains(rep.Body, []byte(key)) {
 			t.Errorf("the problem echoes the key: %s", rep.Body)
@@ -390,10 +389,10 @@ func testMissingKey(t *testing.T, routes payments.Routes, b backend) {
 		q    req
 		code string
 	}{
-		{req{method: http.MethodPost, path: "/payments", user: "alice", body: payment(10, "EUR")}, middleware.CodeKeyMissing},
-		{req{method: http.MethodPost, path: "/transfers", user: "alice", body: transfer(10, "acct-bob")}, middleware.CodeKeyMissing},
-		{req{method: http.MethodPost, path: "/payments", user: "alice", key: strings.Repeat("k", 256), body: payment(10, "EUR")}, middleware.CodeKeyInvalid},
-		{req{method: http.MethodPost, path: "/payments", user: "alice", key: "café", body: payment(10, "EUR")}, middleware.CodeKeyInvalid},
+		{req{method: http.MethodPost, path: "/payments", user: "alice", body: payment(10, "EUR")}, idemkey.CodeKeyMissing},
+		{req{method: http.MethodPost, path: "/transfers", user: "alice", body: transfer(10, "acct-bob")}, idemkey.CodeKeyMissing},
+		{req{method: http.MethodPost, path: "/payments", user: "alice", key: strings.Repeat("k", 256), body: payment(10, "EUR")}, idemkey.CodeKeyInvalid},
+		{req{method: http.MethodPost, path: "/payments", user: "alice", key: "café", body: payment(10, "EUR")}, idemkey.CodeKeyInvalid},
 	} {
 		rep := s.do(tc.q)
 		if rep.Status != http.StatusBadRequest {
@@ -662,9 +661,9 @@ func burst(t *testing.T, q req, instances ...*service) {
 			body = rep.Body
 		case rep.Status == http.StatusCreated:
 			replays++
-		case rep.Status == http.StatusConflict && rep.problem(t).Code == middleware.CodeConflict:
+		case rep.Status == http.StatusConflict && rep.problem(t).Code == idemkey.CodeConflict:
 			conflicts++
-		case rep.Status == http.StatusServiceUnavailable && rep.problem(t).Code == middleware.CodeUnavailable:
+		case rep.Status == http.StatusServiceUnavailable && rep.problem(t).Code == idemkey.CodeUnavailable:
 			unavailable++
 		default:
 			t.Errorf("a try got %d %s", rep.Status, rep.Body)
@@ -831,8 +830,8 @@ func testStoreDown(t *testing.T, routes payments.Routes) {
 		t.Errorf("GET /healthz with Redis down: %d %s, want 503 %s", rep.Status, rep.Body, payments.CodeUnavailable)
 	}
 	rep = s.do(req{method: http.MethodPost, path: "/payments", user: "ivy", key: newKey(), body: payment(1, "EUR")})
-	if rep.Status != http.StatusServiceUnavailable || rep.problem(t).Code != middleware.CodeUnavailable || rep.Header.Get("Retry-After") == "" {
-		t.Errorf("POST with Redis down: %d %s, want 503 %s with Retry-After", rep.Status, rep.Body, middleware.CodeUnavailable)
+	if rep.Status != http.StatusServiceUnavailable || rep.problem(t).Code != idemkey.CodeUnavailable || rep.Header.Get("Retry-After") == "" {
+		t.Errorf("POST with Redis down: %d %s, want 503 %s with Retry-After", rep.Status, rep.Body, idemkey.CodeUnavailable)
 	}
 	if ps := s.payments(); len(ps) != 0 {
 		t.Errorf("GET /payments = %+v, want none", ps)
