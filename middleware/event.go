@@ -189,3 +189,16 @@ func (m *Middleware) routeName(r *http.Request) string {
 	}
 	return r.Pattern
 }
+
+// event returns an event about this attempt's key.
+func (a *attempt) event(kind EventKind) Event {
+	return Event{Kind: kind, KeyDigest: a.digest}
+}
+
+// emit reports ev; of an owner that claimed nothing, only failures.
+func (a *attempt) emit(ev Event) {
+	if !a.own.claimed() && ev.Kind != EventStoreError {
+		return
+	}
+	a.h.m.emit(a.r, ev)
+}

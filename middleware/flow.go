@@ -13,9 +13,12 @@ import (
 
 // The flow of one request: read the key, the scope and the body; claim the
 // key; then replay, refuse, or run the handler as the key's owner and keep
-// or release what it answered. There is one path whatever the store: the
-// key's owner is a store.Tx (owner.go), the handler's transaction or a
-// plain store's claim seen as one.
+// or release what it answered. There is one path whatever the store and
+// the options: the key's owner (owner.go) is a store.Tx, the handler's
+// transaction or a plain store's claim seen as one, and it decides what
+// differs between them (a keyless request, a fail-open run, what a failed
+// keep means). Refusals are in refuse.go, events in event.go, the store's
+// budgets in budget.go, the bounded wait in wait.go.
 
 // ServeHTTP runs the flow of one request.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -35,7 +38,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if h.route.Required {
 			m.refuse(w, r, Event{Kind: EventKeyMissing}, problemKeyMissing, 0)
 		} else {
-			h.runKeyless(w, r)
+			h.keyless(w, r)
 		}
 		return
 	default:
@@ -76,30 +79,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.decide(a.claimKey())
 }
 
-// runKeyless runs a covered request that carries no key, on a route where
-// the key is optional: with no idempotency at all, but on a transactional
-// store inside a transaction of its own, so that the handler's code is the
-// same with a key and without one. Its writes commit before the response
-// goes out (no record is kept), and roll back after a 5xx or a panic.
-func (h *handler) runKeyless(w http.ResponseWriter, r *http.Request) {
-	m := h.m
-	if m.tx == nil {
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	a := &attempt{h: h, w: w, r: r, keyless: true}
-	ctx, cancel := m.budget(r.Context())
-	a.start = time.Now()
-	tx, err := m.tx.Begin(ctx)
-	cancel()
-	if err != nil {
-		m.refuse(w, r, Event{Kind: EventStoreError, StoreLatency: time.Since(a.start), Err: err}, problemUnavailable, 1)
-		return
-	}
-	a.own = a.ownTx(tx)
-	a.run()
-}
-
 // attempt is one covered request with a valid key: one attempt at the
 // operation the key names. It claims the key, and when it owns it, runs
 // the handler and keeps or releases the response.
@@ -115,15 +94,12 @@ type attempt struct {
 	id     string    // a new request id, made with the owner token, or ""
 	start  time.Time // when the claim was made
 
-	// keyless: a request without a key run in a transaction of its own
-	// (runKeyless): nothing is claimed or kept, and only failures are
-	// reported.
-	keyless bool
-	// While the attempt owns the key:
+	// While the attempt owns the key (owner.go):
 	own   owner
-	plain claimTx // own, for a plain store
-	tx    txOwner // own, for a transactional store
-	ended bool    // the record was kept, or the claim released
+	plain claimTx   // own, for a plain store's claim
+	tx    txOwner   // own, for a transactional store's transaction
+	open  openOwner // own, for a run without a claim (WithFailOpen)
+	ended bool      // the record was kept, or the claim released
 	// sawInFlight: this request found its key running for its own request
 	// (and waits on it): a store failure then never fails open.
 	sawInFlight bool
@@ -145,50 +121,12 @@ func (a *attempt) claimKey() claimOutcome {
 	return claimOutcome{res, own, err}
 }
 
-// event returns an event about this attempt's key.
-func (a *attempt) event(kind EventKind) Event {
-	return Event{Kind: kind, KeyDigest: a.digest}
-}
-
-// emit reports ev; of a keyless request, only failures.
-func (a *attempt) emit(ev Event) {
-	if a.keyless && ev.Kind != EventStoreError {
-		return
-	}
-	a.h.m.emit(a.r, ev)
-}
-
 func (a *attempt) decide(o claimOutcome) {
 	m := a.h.m
 	ev := a.event(0)
 	ev.StoreLatency = m.since(a.start)
 	if o.err != nil {
-		ev.Kind, ev.Err = EventStoreError, o.err
-		if errors.Is(o.err, store.ErrFull) {
-			// The store refused a new key rather than drop a kept one:
-			// nothing landed, and nothing runs (not even fail-open: the
-			// store is up).
-			ev.Kind = EventStoreFull
-			a.refuse(ev, problemUnavailable, 1)
-			return
-		}
-		// The claim may have landed before the failure; free it if so.
-		m.releaseAbandoned(a.r, a.skey, a.claim.Token, a.digest)
-		if m.cfg.failOpen && errors.Is(o.err, store.ErrUnreachable) &&
-			a.r.Context().Err() == nil && !a.sawInFlight {
-			// The store cannot be reached at all: run without idempotency,
-			// on the body already read. Any other error (a full pool, a
-			// timeout of a reachable store whose first request may still
-			// run, a value the store could not read that may be a kept
-			// response) still answers 503; so does
-			// a failure under a caller that has gone (its retry would run
-			// again), and one met while waiting on a first request this
-			// one saw running.
-			m.emit(a.r, ev)
-			a.runOpen()
-			return
-		}
-		a.refuse(ev, problemUnavailable, 1)
+		a.claimFailed(ev, o.err)
 		return
 	}
 	res := o.res
@@ -235,56 +173,6 @@ func (a *attempt) decide(o claimOutcome) {
 	}
 }
 
-// wait waits until the key is no longer in flight for this request's
-// fingerprint or the wait budget is spent: woken by the store when it is
-// a store.Waiter, else polling it every 10 to 250 ms. It reports false
-// when the budget ran out with the key still in flight.
-func (a *attempt) wait() (claimOutcome, bool) {
-	deadline := time.Now().Add(a.h.m.cfg.wait)
-	pause := 10 * time.Millisecond
-	for {
-		left := time.Until(deadline)
-		if left <= 0 || !a.pause(left, pause) {
-			return claimOutcome{}, false
-		}
-		pause = min(2*pause, 250*time.Millisecond)
-		o := a.claimKey()
-		if o.err != nil || o.res.State != store.InFlight || o.res.Fingerprint != a.claim.Fingerprint {
-			// Decided: including a key now held for a different request,
-			// which is 422 however long one waits.
-			return o, true
-		}
-	}
-}
-
-// pause waits, at most left, for the key's first request to end: on the
-// store when it can wait on it, else for pause. It reports false when the
-// request's context ended.
-func (a *attempt) pause(left, pause time.Duration) bool {
-	m := a.h.m
-	if m.waiter != nil {
-		ctx, cancel := context.WithTimeout(a.r.Context(), left)
-		waited, err := m.waiter.Wait(ctx, a.skey, a.claim)
-		cancel()
-		if a.r.Context().Err() != nil {
-			return false
-		}
-		if waited || err != nil {
-			// Woken (or the store failed: the claim that follows says
-			// how it stands).
-			return true
-		}
-	}
-	t := time.NewTimer(min(pause, left))
-	defer t.Stop()
-	select {
-	case <-a.r.Context().Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // run runs the handler as the key's owner, then keeps or releases.
 func (a *attempt) run() {
 	m := a.h.m
@@ -296,7 +184,10 @@ func (a *attempt) run() {
 	ctx, cancel := a.handlerContext()
 	defer cancel()
 	r := a.r
-	if !a.keyless {
+	if a.skey != "" {
+		// A request with a key: its response carries its request id, the
+		// handler finds the key in its context, and reads the body already
+		// read from memory.
 		m.setRequestID(a.w, a.r, &cw.request, a.id)
 		ctx = &keyContext{Context: ctx, key: a.key}
 		cw.in.Reset(a.body)
@@ -320,23 +211,13 @@ func (a *attempt) run() {
 	}()
 	a.h.next.ServeHTTP(w, r)
 	returned = true
-	if !a.keyless {
+	if a.own.claimed() {
 		a.h.runs.add(time.Since(a.start))
 	}
-
 	if cw.status == 0 && !cw.hijacked {
 		cw.WriteHeader(http.StatusOK)
 	}
-	if !a.ended {
-		if cw.hijacked || !m.cfg.keep(cw.status) {
-			a.release(cw.status)
-		} else if !a.keep(cw.record(false)) && a.own.atomic() {
-			// The transaction did not commit: the response must not go
-			// out. Nothing was sent yet.
-			cw.replace()
-			a.refuse(a.event(0), problemUnavailable, 1)
-		}
-	}
+	a.settle(cw, false)
 	cw.finish()
 }
 
@@ -375,29 +256,6 @@ func (c *keyContext) Value(k any) any {
 	return c.Context.Value(k)
 }
 
-// streaming is called by the capture before a response starts to go out
-// while the handler runs (it flushed, or wrote past the capture limit). A
-// response whose status is kept is kept now, with the body omitted, so
-// that no repeat finds the key free or in flight while it streams. It
-// reports false when the response must not go out: the transaction of a
-// transactional route did not commit, and the middleware has answered 503
-// in its place.
-func (a *attempt) streaming(cw *capture) bool {
-	if cw.hijacked || a.ended || !a.h.m.cfg.keep(cw.status) {
-		// Not kept (a 5xx): the claim is held until the handler returns,
-		// and then released.
-		return true
-	}
-	if a.keep(cw.record(true)) || !a.own.atomic() {
-		// Without a transaction, a failed keep leaves the claim held (and
-		// extended) until the handler returns, when it is tried again.
-		return true
-	}
-	cw.replace()
-	a.refuse(a.event(0), problemUnavailable, 1)
-	return false
-}
-
 // keep keeps rec as the key's record, and reports whether it was kept.
 func (a *attempt) keep(rec *store.Record) bool {
 	m := a.h.m
@@ -415,7 +273,7 @@ func (a *attempt) keep(rec *store.Record) bool {
 	ev.Status, ev.StoreLatency = rec.Status, m.since(t)
 	switch {
 	case err == nil:
-		if m.cache != nil && !a.keyless {
+		if m.cache != nil && a.own.claimed() {
 			m.cache.put(a.skey, rec, m.cfg.retention)
 		}
 		if m.observed() {
@@ -448,85 +306,4 @@ func (a *attempt) release(status int) {
 		ev.Kind, ev.Err = EventStoreError, err
 	}
 	a.emit(ev)
-}
-
-func isNotOwner(err error) bool { return errors.Is(err, store.ErrNotOwner) }
-
-// runOpen runs the handler without idempotency, for WithFailOpen, on the
-// body already read.
-func (a *attempt) runOpen() {
-	r := new(http.Request)
-	*r = *a.r
-	in := new(bodyReader)
-	in.Reset(a.body)
-	// As in run: the body's buffer goes back to the pool when ServeHTTP
-	// returns, so a late read finds EOF.
-	defer in.Reset(nil)
-	r.Body, r.GetBody = in, nil
-	a.h.next.ServeHTTP(a.w, r)
-}
-
-// detached returns a context for keeping or releasing: it keeps r's values
-// but not its cancellation, so a client that hangs up does not stop the
-// record from being kept. The store's own budget bounds the call.
-func (m *Middleware) detached(r *http.Request) (context.Context, context.CancelFunc) {
-	return m.budget(context.WithoutCancel(r.Context()))
-}
-
-// budget adds WithStoreTimeout's bound to ctx, when one was set.
-func (m *Middleware) budget(ctx context.Context) (context.Context, context.CancelFunc) {
-	if m.cfg.storeTimeout > 0 {
-		return context.WithTimeout(ctx, m.cfg.storeTimeout)
-	}
-	return ctx, func() {}
-}
-
-// releaseAbandoned frees, in the background, a claim whose reply was lost
-// to a store failure, in case it landed. The handler never ran, so freeing
-// it is always safe. At most maxAbandoned run at once: during an outage
-// the rest are left to lapse at the end of their life. A failure other
-// than the store still being down is reported, from the releasing
-// goroutine.
-func (m *Middleware) releaseAbandoned(r *http.Request, skey, token, digest string) {
-	select {
-	case m.abandoned <- struct{}{}:
-	default:
-		return
-	}
-	ctx := context.WithoutCancel(r.Context())
-	go func() {
-		defer func() { <-m.abandoned }()
-		ctx, cancel := m.budget(ctx)
-		defer cancel()
-		t := time.Now()
-		err := m.store.Release(ctx, skey, token)
-		if err != nil && !errors.Is(err, store.ErrUnavailable) && !isNotOwner(err) {
-			m.emit(r, Event{Kind: EventStoreError, KeyDigest: digest, StoreLatency: time.Since(t), Err: err})
-		}
-	}()
-}
-
-// refuse writes one of the middleware's problems and reports ev (when its
-// Kind is set), with the problem's status.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, ev Event, p idemkey.Problem, retryAfter int) {
-	m.refuseWithID(w, r, ev, p, retryAfter, "")
-}
-
-// refuse is Middleware.refuse for the attempt's request, whose new request
-// id (when it needs one) was made with its owner token.
-func (a *attempt) refuse(ev Event, p idemkey.Problem, retryAfter int) {
-	a.h.m.refuseWithID(a.w, a.r, ev, p, retryAfter, a.id)
-}
-
-// refuseWithID is refuse, with fresh as for requestID.
-func (m *Middleware) refuseWithID(w http.ResponseWriter, r *http.Request, ev Event, p idemkey.Problem, retryAfter int, fresh string) {
-	p.RetryAfter = retryAfter
-	if ev.Kind != 0 {
-		if ev.Status == 0 {
-			ev.Status = p.Status
-		}
-		m.emit(r, ev)
-	}
-	m.setRequestID(w, r, nil, fresh)
-	m.cfg.errorWriter(w, r, p)
 }
