@@ -26,9 +26,12 @@ const rawPrefix = "idemkey raw digest v1\n"
 // differ only in key order or whitespace have different raw digests and one
 // fingerprint.
 //
-// A raw digest is for comparing requests within one process (the
-// middleware's local replay cache reads it through internal/rawdigest); it
-// is not a stored format and may change between releases.
+// The middleware keeps a request's raw digest in its record
+// (store.Record.RawDigest) and compares a repeat's with it before building
+// the repeat's canonical form; its local replay cache does the same. A
+// definition that changes takes a new prefix, so that a raw digest kept
+// by an earlier release never equals one of today's: such a repeat is
+// then compared by its fingerprint, as a record without a raw digest is.
 func rawDigest(r *http.Request, body []byte) [32]byte {
 	q := readRequest(r, All)
 	s := getScratch()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/internal/keyctx"
+	"github.com/idemkey/idemkey/internal/rawdigest"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -74,7 +75,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	token, id := newToken(m.needsNewRequestID(w, r))
 	a := &attempt{h: h, w: w, r: r, body: body, skey: skey, digest: digest, id: id,
 		key:   idemkey.Key{Scope: sc, Value: key},
-		claim: store.Claim{Token: token, Fingerprint: m.cfg.fingerprint(r, body), TTL: h.route.Deadline + ClaimMargin},
+		claim: store.Claim{Token: token, TTL: h.route.Deadline + ClaimMargin},
+	}
+	if m.cfg.defaultFingerprint {
+		// The raw digest now, the canonical fingerprint when it is first
+		// needed (see the package documentation).
+		a.raw, a.hasRaw = rawdigest.Of(r, body), true
+	} else {
+		a.Fingerprint()
 	}
 	a.decide(a.claimKey())
 }
@@ -93,6 +101,11 @@ type attempt struct {
 	claim  store.Claim
 	id     string    // a new request id, made with the owner token, or ""
 	start  time.Time // when the claim was made
+	// raw is the request's raw digest (internal/rawdigest), when hasRaw:
+	// with the default fingerprint. printed: claim.Fingerprint is
+	// computed (Fingerprint).
+	raw             [32]byte
+	hasRaw, printed bool
 
 	// While the attempt owns the key (owner.go):
 	own   owner
@@ -119,6 +132,24 @@ func (a *attempt) claimKey() claimOutcome {
 	a.start = time.Now()
 	res, own, err := m.claim(ctx, a)
 	return claimOutcome{res, own, err}
+}
+
+// Fingerprint returns the request's fingerprint (the claim's), computing
+// it the first time: a store.Fingerprinter, for a store.LazyClaimer.
+func (a *attempt) Fingerprint() [32]byte {
+	if !a.printed {
+		a.claim.Fingerprint, a.printed = a.h.m.cfg.fingerprint(a.r, a.body), true
+	}
+	return a.claim.Fingerprint
+}
+
+// same reports whether rec was kept for this request: by the raw digest
+// when both have one and they are equal, else by the fingerprint.
+func (a *attempt) same(rec *store.Record) bool {
+	if a.hasRaw && rec.RawDigest == a.raw && a.raw != ([32]byte{}) {
+		return true
+	}
+	return rec.Fingerprint == a.Fingerprint()
 }
 
 func (a *attempt) decide(o claimOutcome) {
@@ -151,9 +182,9 @@ func (a *attempt) decide(o claimOutcome) {
 		if m.cache != nil {
 			m.cache.put(a.skey, res.Record, m.cfg.retention)
 		}
-		m.completed(a.w, a.r, res.Record, a.claim.Fingerprint, ev, a.id)
+		m.completed(a.w, a.r, res.Record, a.same(res.Record), ev, a.id)
 	case store.InFlight:
-		if res.Fingerprint != a.claim.Fingerprint {
+		if res.Fingerprint != a.Fingerprint() {
 			ev.Kind = EventKeyReused
 			a.refuse(ev, problemKeyReused, 0)
 			return
@@ -259,7 +290,9 @@ func (c *keyContext) Value(k any) any {
 // keep keeps rec as the key's record, and reports whether it was kept.
 func (a *attempt) keep(rec *store.Record) bool {
 	m := a.h.m
-	rec.Fingerprint = a.claim.Fingerprint
+	if a.skey != "" {
+		rec.Fingerprint, rec.RawDigest = a.Fingerprint(), a.raw
+	}
 	ctx, cancel := m.detached(a.r)
 	defer cancel()
 	t := time.Now()

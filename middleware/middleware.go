@@ -77,6 +77,26 @@
 // after it the handler can run again. A store.TxStore (store/postgres) has
 // no such window: the record commits with the handler's own writes.
 //
+// # Fingerprints and raw digests
+//
+// With the default fingerprint, a request's fingerprint is computed when
+// it is first needed, and its raw digest (a SHA-256 of its bytes as sent,
+// several times cheaper than the canonical form) at once. The record keeps
+// both (store.Record.RawDigest), so a repeat whose bytes equal the first
+// request's is known by its raw digest and replayed without building its
+// canonical form; one whose bytes differ (reordered JSON, a different
+// request) is compared by its fingerprint, and so is every repeat of a
+// record kept without a raw digest. The claim is where the fingerprint is
+// needed otherwise: a claim on a free key stores it, so that a repeat
+// that finds the key in flight can be told apart (422 for a different
+// request, 409 for the same one), and a repeat that finds it in flight
+// computes its own to compare. A store that sends the claim to a server in
+// one command needs it before it knows whether the key is free, and gets
+// it; a store.LazyClaimer (the memory store) asks for it only to write a
+// claim, so a replay from it costs one raw digest. A service's own
+// fingerprint (WithFingerprint) is computed before every claim, and no raw
+// digest is kept: equal bytes need not mean an equal fingerprint of its.
+//
 // # Transactional stores
 //
 // With a store.TxStore the handler runs inside a transaction of the
@@ -110,6 +130,7 @@ type Middleware struct {
 	tx    store.TxStore  // store as a TxStore, when it is one
 	// waiter is the store as a Waiter, when it is one.
 	waiter store.Waiter
+	lazy   store.LazyClaimer // store as a LazyClaimer, when it is one
 	cfg    *config
 	cache  *replayCache // nil unless WithLocalCache
 	// abandoned bounds the background releases of claims whose reply was
@@ -137,6 +158,7 @@ func New(st store.Store, opts ...Option) (*Middleware, error) {
 	m.ext, _ = st.(store.Extender)
 	m.tx, _ = st.(store.TxStore)
 	m.waiter, _ = st.(store.Waiter)
+	m.lazy, _ = st.(store.LazyClaimer)
 	if cfg.failOpen && m.tx != nil {
 		return nil, fmt.Errorf("idemkey: middleware: WithFailOpen with a transactional store (%T): its handlers never run without their transaction", st)
 	}

@@ -39,13 +39,22 @@ type owner interface {
 // returns the key's owner.
 func (m *Middleware) claim(ctx context.Context, a *attempt) (store.Result, owner, error) {
 	if m.tx != nil {
+		a.Fingerprint()
 		res, tx, err := m.tx.ClaimTx(ctx, a.skey, a.claim)
 		if err != nil || tx == nil {
 			return res, nil, err
 		}
 		return res, a.ownTx(tx), nil
 	}
-	res, err := m.store.Claim(ctx, a.skey, a.claim)
+	var res store.Result
+	var err error
+	if m.lazy != nil && !a.printed {
+		// The store asks for the fingerprint only to write the claim.
+		res, err = m.lazy.ClaimLazy(ctx, a.skey, a.claim, a)
+	} else {
+		a.Fingerprint()
+		res, err = m.store.Claim(ctx, a.skey, a.claim)
+	}
 	if err != nil || (res.State != store.Claimed && res.State != store.Mine) {
 		return res, nil, err
 	}

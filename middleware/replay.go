@@ -17,26 +17,26 @@ import (
 // differ from those seen before.
 func (m *Middleware) cached(w http.ResponseWriter, r *http.Request, skey string, rec *store.Record, raw [32]byte, hasRaw bool, body []byte, ev Event) {
 	if !m.cfg.defaultFingerprint {
-		m.completed(w, r, rec, m.cfg.fingerprint(r, body), ev, "")
+		m.completed(w, r, rec, m.cfg.fingerprint(r, body) == rec.Fingerprint, ev, "")
 		return
 	}
 	d := rawdigest.Of(r, body)
-	if hasRaw && d == raw {
+	if hasRaw && d == raw || d == rec.RawDigest {
 		m.replay(w, r, rec, ev, "")
 		return
 	}
-	fp := m.cfg.fingerprint(r, body)
-	if fp == rec.Fingerprint {
+	same := m.cfg.fingerprint(r, body) == rec.Fingerprint
+	if same {
 		m.cache.learn(skey, rec, d)
 	}
-	m.completed(w, r, rec, fp, ev, "")
+	m.completed(w, r, rec, same, ev, "")
 }
 
 // completed answers a request whose key holds a kept response: the replay
-// when the fingerprints match, 422 when they do not. fresh is a new request
-// id made for the request (see newToken), or "".
-func (m *Middleware) completed(w http.ResponseWriter, r *http.Request, rec *store.Record, fp [32]byte, ev Event, fresh string) {
-	if rec.Fingerprint != fp {
+// when it was kept for the same request, 422 when not. fresh is a new
+// request id made for the request (see newToken), or "".
+func (m *Middleware) completed(w http.ResponseWriter, r *http.Request, rec *store.Record, same bool, ev Event, fresh string) {
+	if !same {
 		ev.Kind = EventKeyReused
 		m.refuseWithID(w, r, ev, problemKeyReused, 0, fresh)
 		return

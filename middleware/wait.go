@@ -24,7 +24,7 @@ func (a *attempt) wait() (claimOutcome, bool) {
 		}
 		pause = min(2*pause, 250*time.Millisecond)
 		o := a.claimKey()
-		if o.err != nil || o.res.State != store.InFlight || o.res.Fingerprint != a.claim.Fingerprint {
+		if o.err != nil || o.res.State != store.InFlight || o.res.Fingerprint != a.Fingerprint() {
 			// Decided: including a key now held for a different request,
 			// which is 422 however long one waits.
 			return o, true

@@ -39,8 +39,10 @@ import (
 // fact kept or released.
 //
 // Capabilities that only some stores have are interfaces of their own,
-// found with a type assertion: Extender (lengthen a live claim) and TxStore
-// (run the handler in the transaction that keeps the record).
+// found with a type assertion: Extender (lengthen a live claim), TxStore
+// (run the handler in the transaction that keeps the record), Waiter (wake
+// a waiting repeat) and LazyClaimer (take the fingerprint only to write a
+// claim).
 type Store interface {
 	// Claim atomically claims key for c.Token when nobody holds it, and
 	// otherwise reports what holds it. It is a single round trip to the
@@ -112,6 +114,28 @@ type Waiter interface {
 	// (the caller then polls), and an error wrapping ErrUnavailable when
 	// the backend fails.
 	Wait(ctx context.Context, key string, c Claim) (bool, error)
+}
+
+// LazyClaimer is a Store that can take a claim's fingerprint at the moment
+// it needs it, which is only to write the claim on a free key: a repeat
+// that finds the key completed or in flight is answered without it, and
+// the middleware then tells a byte-identical repeat by the record's
+// RawDigest without ever building the request's canonical form. A store
+// in the process (store/memory) has it; a store whose claim is one command
+// sent to a server with the fingerprint in it (a native SET NX GET, an
+// INSERT) needs the fingerprint before it knows whether the key is free,
+// and has no use for it.
+type LazyClaimer interface {
+	// ClaimLazy is Claim, with c.Fingerprint unset: the store asks fp for
+	// it, at most once, when it writes the claim, and uses what fp
+	// returns wherever Claim would use c.Fingerprint.
+	ClaimLazy(ctx context.Context, key string, c Claim, fp Fingerprinter) (Result, error)
+}
+
+// A Fingerprinter gives a request's fingerprint (Claim.Fingerprint) when
+// asked, computing it the first time.
+type Fingerprinter interface {
+	Fingerprint() [32]byte
 }
 
 // Inspector is a Store that operators' tools (cmd/idemctl) can look into:

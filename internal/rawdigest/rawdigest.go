@@ -1,7 +1,8 @@
 // Package rawdigest carries package fingerprint's raw digest of a request
-// to the middleware's local replay cache, without making it part of
-// fingerprint's API: a raw digest is a within-process shortcut, not a
-// stored format.
+// to the middleware, without making it part of fingerprint's API: the
+// middleware keeps it in records (store.Record.RawDigest) and its local
+// replay cache, so that a byte-identical repeat is known without its
+// canonical form.
 //
 // Package fingerprint sets Of when it is initialised; package middleware
 // imports fingerprint, so Of is set before the middleware reads it.

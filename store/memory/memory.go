@@ -96,9 +96,10 @@ type Store struct {
 }
 
 var (
-	_ store.Store    = (*Store)(nil)
-	_ store.Extender = (*Store)(nil)
-	_ store.Waiter   = (*Store)(nil)
+	_ store.Store       = (*Store)(nil)
+	_ store.Extender    = (*Store)(nil)
+	_ store.Waiter      = (*Store)(nil)
+	_ store.LazyClaimer = (*Store)(nil)
 )
 
 // core is the state the janitor shares with the store. It is separate from
@@ -179,7 +180,20 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	if c.TTL <= 0 {
 		return store.Result{}, errTTL
 	}
-	return s.c.claim(digestOf(key), c)
+	return s.c.claim(digestOf(key), c, nil)
+}
+
+// ClaimLazy implements store.LazyClaimer: it is Claim, asking fp for the
+// fingerprint only when the key is free, outside the shard's lock (the
+// key is looked at again once it is computed).
+func (s *Store) ClaimLazy(ctx context.Context, key string, c store.Claim, fp store.Fingerprinter) (store.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Result{}, err
+	}
+	if c.TTL <= 0 {
+		return store.Result{}, errTTL
+	}
+	return s.c.claim(digestOf(key), c, fp)
 }
 
 // Complete implements store.Store. It keeps a copy of rec as given (see the
@@ -256,7 +270,10 @@ func (c *core) shard(d digest) *shard {
 	return &c.shards[d[0]&(numShards-1)]
 }
 
-func (c *core) claim(d digest, cl store.Claim) (store.Result, error) {
+// claim claims d for cl, or says what holds it. When fp is not nil, the
+// claim's fingerprint is fp's, asked for only when d is free, outside the
+// lock: d is looked at again once it is known.
+func (c *core) claim(d digest, cl store.Claim, fp store.Fingerprinter) (store.Result, error) {
 	sh := c.shard(d)
 	for {
 		sh.mu.Lock()
@@ -269,6 +286,11 @@ func (c *core) claim(d digest, cl store.Claim) (store.Result, error) {
 		if ok {
 			sh.mu.Unlock()
 			return e.result(c, cl.Token, now), nil
+		}
+		if fp != nil {
+			sh.mu.Unlock()
+			cl.Fingerprint, fp = fp.Fingerprint(), nil
+			continue
 		}
 		e = entry{token: cl.Token, fp: cl.Fingerprint, claimed: now, expires: later(now, cl.TTL)}
 		bound := c.reserve(e.cost())

@@ -16,7 +16,9 @@ import (
 //	uvarint   token length, then the owner's token
 //	uvarint   number of header names, then uvarint number of header values
 //	varint    status
-//	byte      flags (flagBodyOmitted, flagNoCreatedAt, flagNoCompletedAt)
+//	byte      flags (flagBodyOmitted, flagNoCreatedAt, flagNoCompletedAt,
+//	          flagRawDigest)
+//	32 bytes  the RawDigest, when flagRawDigest
 //	varint    CreatedAt's Unix seconds, then uvarint its nanoseconds,
 //	          unless flagNoCreatedAt; the same for CompletedAt
 //	uvarint   length of the header section, then the section: per name,
@@ -30,6 +32,7 @@ const (
 	flagBodyOmitted = 1 << iota
 	flagNoCreatedAt
 	flagNoCompletedAt
+	flagRawDigest
 )
 
 // uvarintLen returns how many bytes binary.AppendUvarint writes for v.
@@ -84,7 +87,7 @@ func encode(token string, rec *store.Record) []byte {
 	hlen, values := headerLen(rec.Header)
 	size := uvarintLen(uint64(len(token))) + len(token) +
 		uvarintLen(uint64(len(rec.Header))) + uvarintLen(uint64(values)) +
-		varintLen(int64(rec.Status)) + 1 +
+		varintLen(int64(rec.Status)) + 1 + rawLen(rec) +
 		timeLen(rec.CreatedAt) + timeLen(rec.CompletedAt) +
 		uvarintLen(uint64(hlen)) + hlen +
 		len(rec.Body)
@@ -106,7 +109,13 @@ func encode(token string, rec *store.Record) []byte {
 	if rec.CompletedAt.IsZero() {
 		flags |= flagNoCompletedAt
 	}
+	if rawLen(rec) > 0 {
+		flags |= flagRawDigest
+	}
 	b = append(b, flags)
+	if flags&flagRawDigest != 0 {
+		b = append(b, rec.RawDigest[:]...)
+	}
 	b = appendTime(b, rec.CreatedAt)
 	b = appendTime(b, rec.CompletedAt)
 	b = binary.AppendUvarint(b, uint64(hlen))
@@ -120,6 +129,15 @@ func encode(token string, rec *store.Record) []byte {
 		}
 	}
 	return append(b, rec.Body...)
+}
+
+// rawLen returns how many bytes rec's RawDigest takes encoded: none when
+// it is zero (not kept).
+func rawLen(rec *store.Record) int {
+	if rec.RawDigest == ([32]byte{}) {
+		return 0
+	}
+	return len(rec.RawDigest)
 }
 
 // reader reads the fields of an encoded record in order. The record was
@@ -186,6 +204,9 @@ func decode(b []byte, fp [32]byte) *store.Record {
 	flags := b[r.i]
 	r.i++
 	rec.BodyOmitted = flags&flagBodyOmitted != 0
+	if flags&flagRawDigest != 0 {
+		r.i += copy(rec.RawDigest[:], b[r.i:])
+	}
 	rec.CreatedAt = r.time(flags&flagNoCreatedAt != 0)
 	rec.CompletedAt = r.time(flags&flagNoCompletedAt != 0)
 	hlen := r.uvarint()
