@@ -33,11 +33,14 @@ type capture struct {
 	keep  func(string) bool
 	owner streamer
 
-	status    int         // final status; 0 until written
-	kept      http.Header // headers that may be replayed, snapshotted with the status
-	body      []byte      // the held body, up to limit; nil once streaming
-	streaming bool        // the response has started to go out
-	aborted   bool        // the owner answered in the handler's place: drop what it writes
+	status int         // final status; 0 until written
+	kept   http.Header // headers that may be replayed, snapshotted with the status
+	// rec is the record record returns, kept here: no allocation of its
+	// own. (WithLocalCache caches a copy, not to keep the capture alive.)
+	rec       store.Record
+	body      []byte // the held body, up to limit; nil once streaming
+	streaming bool   // the response has started to go out
+	aborted   bool   // the owner answered in the handler's place: drop what it writes
 	hijacked  bool
 	// after holds header changes made after the status was written while
 	// the response is still held, so that they cannot alter the headers
@@ -193,10 +196,11 @@ func (c *capture) replace() {
 // for a response that streams (or is about to: streamed), its status and
 // headers with the body omitted.
 func (c *capture) record(streamed bool) *store.Record {
-	if streamed || c.streaming {
-		return &store.Record{Status: c.status, Header: c.kept, BodyOmitted: true}
+	c.rec = store.Record{Status: c.status, Header: c.kept, BodyOmitted: true}
+	if !streamed && !c.streaming {
+		c.rec.Body, c.rec.BodyOmitted = c.body, false
 	}
-	return &store.Record{Status: c.status, Header: c.kept, Body: c.body}
+	return &c.rec
 }
 
 // copyTrailers moves trailer values set in after to the wrapped writer.

@@ -1,13 +1,11 @@
 package middleware
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"time"
 
 	"github.com/idemkey/idemkey"
-	"github.com/idemkey/idemkey/internal/keyctx"
 	"github.com/idemkey/idemkey/internal/rawdigest"
 	"github.com/idemkey/idemkey/store"
 )
@@ -212,15 +210,14 @@ func (a *attempt) run() {
 	defer a.own.done()
 
 	cw, w := newCapture(a.w, m.cfg.maxResponseBody, m.cfg.keepHeader, a)
-	ctx, cancel := a.handlerContext()
-	defer cancel()
+	ctx, hc := a.newHandlerCtx()
+	defer hc.end()
 	r := a.r
 	if a.skey != "" {
 		// A request with a key: its response carries its request id, the
-		// handler finds the key in its context, and reads the body already
-		// read from memory.
+		// handler finds the key in its context (newHandlerCtx), and reads
+		// the body already read from memory.
 		m.setRequestID(a.w, a.r, &cw.request, a.id)
-		ctx = &keyContext{Context: ctx, key: a.key}
 		cw.in.Reset(a.body)
 		r = r.WithContext(a.own.NewContext(ctx))
 		r.Body, r.GetBody = &cw.in, nil
@@ -252,41 +249,6 @@ func (a *attempt) run() {
 	cw.finish()
 }
 
-// handlerContext returns the context the handler runs under: the
-// request's, bounded by the route's deadline from the claim. A request
-// whose context already ends by then keeps its own (with its own, earlier
-// deadline), which spares a child context and its place among the
-// parent's children; it is then cancelled when net/http cancels the
-// request's, once the middleware has returned, not the moment the handler
-// does.
-func (a *attempt) handlerContext() (context.Context, context.CancelFunc) {
-	ctx := a.r.Context()
-	deadline := a.start.Add(a.h.route.Deadline)
-	if d, ok := ctx.Deadline(); ok && !d.After(deadline) {
-		return ctx, func() {}
-	}
-	return context.WithDeadline(ctx, deadline)
-}
-
-// keyContext is the context that carries the request's key to the handler
-// (idemkey.FromContext), as idemkey.NewContext does, in one allocation
-// instead of two: the key is kept in it and handed out by pointer, where
-// context.WithValue would box a copy. It holds nothing else of the
-// request, so that a context a handler hands on to work that outlives the
-// request keeps no more alive than before. Everything else it asks of its
-// parent.
-type keyContext struct {
-	context.Context
-	key idemkey.Key
-}
-
-func (c *keyContext) Value(k any) any {
-	if k == (keyctx.Key{}) {
-		return &c.key
-	}
-	return c.Context.Value(k)
-}
-
 // keep keeps rec as the key's record, and reports whether it was kept.
 func (a *attempt) keep(rec *store.Record) bool {
 	m := a.h.m
@@ -307,7 +269,8 @@ func (a *attempt) keep(rec *store.Record) bool {
 	switch {
 	case err == nil:
 		if m.cache != nil && a.own.claimed() {
-			m.cache.put(a.skey, rec, m.cfg.retention)
+			kept := *rec
+			m.cache.put(a.skey, &kept, m.cfg.retention)
 		}
 		if m.observed() {
 			ev.Size = recordSize(rec)
