@@ -104,6 +104,9 @@ type attempt struct {
 	// computed (Fingerprint).
 	raw             [32]byte
 	hasRaw, printed bool
+	// values holds a replay's header values (the kept ones and the four
+	// the replay may add), when they fit.
+	values [8]string
 
 	// While the attempt owns the key (owner.go):
 	own   owner
@@ -180,7 +183,7 @@ func (a *attempt) decide(o claimOutcome) {
 		if m.cache != nil {
 			m.cache.put(a.skey, res.Record, m.cfg.retention)
 		}
-		m.completed(a.w, a.r, res.Record, a.same(res.Record), ev, a.id)
+		m.completed(a.w, a.r, res.Record, a.same(res.Record), ev, a.id, a.values[:])
 	case store.InFlight:
 		if res.Fingerprint != a.Fingerprint() {
 			ev.Kind = EventKeyReused

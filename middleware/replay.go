@@ -17,35 +17,38 @@ import (
 // differ from those seen before.
 func (m *Middleware) cached(w http.ResponseWriter, r *http.Request, skey string, rec *store.Record, raw [32]byte, hasRaw bool, body []byte, ev Event) {
 	if !m.cfg.defaultFingerprint {
-		m.completed(w, r, rec, m.cfg.fingerprint(r, body) == rec.Fingerprint, ev, "")
+		m.completed(w, r, rec, m.cfg.fingerprint(r, body) == rec.Fingerprint, ev, "", nil)
 		return
 	}
 	d := rawdigest.Of(r, body)
 	if hasRaw && d == raw || d == rec.RawDigest {
-		m.replay(w, r, rec, ev, "")
+		m.replay(w, r, rec, ev, "", nil)
 		return
 	}
 	same := m.cfg.fingerprint(r, body) == rec.Fingerprint
 	if same {
 		m.cache.learn(skey, rec, d)
 	}
-	m.completed(w, r, rec, same, ev, "")
+	m.completed(w, r, rec, same, ev, "", nil)
 }
 
 // completed answers a request whose key holds a kept response: the replay
 // when it was kept for the same request, 422 when not. fresh is a new
-// request id made for the request (see newToken), or "".
-func (m *Middleware) completed(w http.ResponseWriter, r *http.Request, rec *store.Record, same bool, ev Event, fresh string) {
+// request id made for the request (see newToken), or "". slot is room
+// for the replayed headers' values, as for replay.
+func (m *Middleware) completed(w http.ResponseWriter, r *http.Request, rec *store.Record, same bool, ev Event, fresh string, slot []string) {
 	if !same {
 		ev.Kind = EventKeyReused
 		m.refuseWithID(w, r, ev, problemKeyReused, 0, fresh)
 		return
 	}
-	m.replay(w, r, rec, ev, fresh)
+	m.replay(w, r, rec, ev, fresh, slot)
 }
 
-// replay writes a kept response, under the repeat's own request id.
-func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, rec *store.Record, ev Event, fresh string) {
+// replay writes a kept response, under the repeat's own request id. The
+// response's header values are copies, in slot when it has room for them
+// (the attempt's own array: no allocation), else in a new array.
+func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, rec *store.Record, ev Event, fresh string, slot []string) {
 	if m.observed() {
 		ev.Kind, ev.Status, ev.Size = EventReplay, rec.Status, recordSize(rec)
 		m.emit(r, ev)
@@ -58,7 +61,12 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, rec *store.R
 		n += len(v)
 	}
 	// One array holds the kept values and the four the replay may add.
-	values := make([]string, n+4)
+	values := slot
+	if len(values) >= n+4 {
+		values = values[:n+4]
+	} else {
+		values = make([]string, n+4)
+	}
 	for k, v := range rec.Header {
 		n := copy(values, v)
 		h[k] = values[:n:n]

@@ -45,10 +45,10 @@
 // Header: the caller may change both. Its Body, though, is the store's own
 // copy, shared with every other replay of the key, and must not be written
 // to; its capacity is clipped to its length, so an append to it copies it.
-// Decoding costs a replay a few small allocations (the Record, its Header
-// map and one string for the names and values); a service that replays the
-// same keys often can keep decoded records with the middleware's
-// WithLocalCache.
+// Decoding costs a replay three small allocations (the Record, its Header
+// map and the map's table; the names and values are read from the kept
+// bytes without a copy); a service that replays the same keys often can
+// keep decoded records with the middleware's WithLocalCache.
 //
 // # Inside
 //

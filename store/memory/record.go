@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/idemkey/idemkey/store"
 )
@@ -222,9 +223,14 @@ func decode(b []byte, fp [32]byte) *store.Record {
 
 // decodeHeader returns the header of the given number of names that the
 // header section b encodes, with its values in all. Every name and value is
-// a substring of one string, and every value slice a clipped part of all.
+// a substring of b itself, read as a string without a copy: b is part of a
+// kept record's bytes, which nothing writes to once encode made them (the
+// store replaces an entry's slice, never changes it, and the Body a decoded
+// record shares is clipped to the body, after the header section), so the
+// strings never change, as Go's strings must not. Every value slice is a
+// clipped part of all.
 func decodeHeader(b []byte, names int, all []string) http.Header {
-	s := string(b)
+	s := unsafe.String(unsafe.SliceData(b), len(b))
 	r := reader{b: b}
 	h := make(http.Header, names)
 	for range names {
