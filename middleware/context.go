@@ -22,10 +22,16 @@ import (
 // Err is nil while the request's context is live, the deadline is ahead
 // and the handler has not returned. The first call to Done, or any call
 // once that no longer holds, makes the bounded context
-// (context.WithDeadline of the request's, cancelled at once if the handler
-// has returned), and from then on every call is answered by it, so that
-// Done, Err, Value and context.Cause agree with one another as for any
-// context the standard library makes.
+// (context.WithDeadline of the request's), and from then on every call is
+// answered by it, so that Done, Err, Value and context.Cause agree with
+// one another as for any context the standard library makes. When the
+// handler returns with the bound not made, end makes it if the request's
+// context has ended or the deadline has passed (so that it reports which),
+// and otherwise makes, the first time it is asked for, a context cancelled
+// with context.Canceled, as the bound cancelled at that moment would be.
+// One difference remains: when both the request's context ended and the
+// deadline passed before anything looked, Err reports the request's
+// context's error, whichever came first.
 //
 // It holds nothing else of the request, so that a context a handler hands
 // on to work that outlives the request keeps no more alive than before.
@@ -96,9 +102,14 @@ func (c *handlerCtx) bounded() context.Context {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.made.Load() {
-		c.bound, c.cancel = context.WithDeadline(c.parent, c.deadline)
 		if c.ended.Load() {
+			// Cancelled when the handler returned, with nothing else over
+			// then (see end): what the request's context did after does
+			// not reach it.
+			c.bound, c.cancel = context.WithCancel(context.WithoutCancel(c.parent))
 			c.cancel()
+		} else {
+			c.bound, c.cancel = context.WithDeadline(c.parent, c.deadline)
 		}
 		c.made.Store(true)
 	}
@@ -110,6 +121,10 @@ func (c *handlerCtx) bounded() context.Context {
 func (c *handlerCtx) end() {
 	if c == nil {
 		return
+	}
+	if !c.made.Load() && (c.parent.Err() != nil || !time.Now().Before(c.deadline)) {
+		// Over before it ended: the bound says how.
+		c.bounded()
 	}
 	c.mu.Lock()
 	c.ended.Store(true)

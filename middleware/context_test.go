@@ -102,3 +102,34 @@ func TestHandlerCtxConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerCtxAfterTheHandlerReturned: a context the handler hands on,
+// asked only after the handler returned, reports what the bounded context
+// would: Canceled when nothing else was over at the return, whatever the
+// request's context or the clock did since; the request's cause or the
+// deadline when that was over first.
+func TestHandlerCtxAfterTheHandlerReturned(t *testing.T) {
+	cause := errors.New("client gone")
+	for _, c := range []struct {
+		name      string
+		before    func(cancel context.CancelCauseFunc) // before the handler returns
+		after     func(cancel context.CancelCauseFunc) // after it returned
+		d         time.Duration
+		err, want error
+	}{
+		{"live", func(context.CancelCauseFunc) {}, func(cancel context.CancelCauseFunc) { cancel(cause) }, time.Hour, context.Canceled, context.Canceled},
+		{"live then late", func(context.CancelCauseFunc) {}, func(context.CancelCauseFunc) { time.Sleep(40 * time.Millisecond) }, 20 * time.Millisecond, context.Canceled, context.Canceled},
+		{"client gone", func(cancel context.CancelCauseFunc) { cancel(cause) }, func(context.CancelCauseFunc) {}, time.Hour, context.Canceled, cause},
+		{"deadline", func(context.CancelCauseFunc) { time.Sleep(40 * time.Millisecond) }, func(context.CancelCauseFunc) {}, 20 * time.Millisecond, context.DeadlineExceeded, context.DeadlineExceeded},
+	} {
+		parent, cancel := context.WithCancelCause(context.Background())
+		hc := &handlerCtx{parent: parent, deadline: time.Now().Add(c.d)}
+		c.before(cancel)
+		hc.end()
+		c.after(cancel)
+		if err, got := hc.Err(), context.Cause(hc); err != c.err || got != c.want {
+			t.Errorf("%s: Err %v, Cause %v; want %v, %v", c.name, err, got, c.err, c.want)
+		}
+		cancel(nil)
+	}
+}
