@@ -49,7 +49,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	skey := store.KeyName(sc, key)
+	// The key's name in the store, its owner token and the request id
+	// (when the middleware makes one) in one string.
+	skey, token, id := names(sc, key, m.needsNewRequestID(w, r))
 	digest := store.DigestOf(skey)
 
 	buf := getBodyBuffer()
@@ -65,12 +67,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if m.cache != nil {
 		if rec, raw, hasRaw := m.cache.lookup(skey); rec != nil {
-			m.cached(w, r, skey, rec, raw, hasRaw, body, Event{KeyDigest: digest})
+			m.cached(w, r, skey, rec, raw, hasRaw, body, Event{KeyDigest: digest}, id)
 			return
 		}
 	}
 
-	token, id := newToken(m.needsNewRequestID(w, r))
 	a := &attempt{h: h, w: w, r: r, body: body, skey: skey, digest: digest, id: id,
 		key:   idemkey.Key{Scope: sc, Value: key},
 		claim: store.Claim{Token: token, TTL: h.route.Deadline + ClaimMargin},

@@ -14,22 +14,22 @@ import (
 // raw digest equals one already found to match the record has the same
 // fingerprint, so the fingerprint (which canonicalises the body and costs
 // several times the digest) is computed only for a repeat whose bytes
-// differ from those seen before.
-func (m *Middleware) cached(w http.ResponseWriter, r *http.Request, skey string, rec *store.Record, raw [32]byte, hasRaw bool, body []byte, ev Event) {
+// differ from those seen before. fresh is as for completed.
+func (m *Middleware) cached(w http.ResponseWriter, r *http.Request, skey string, rec *store.Record, raw [32]byte, hasRaw bool, body []byte, ev Event, fresh string) {
 	if !m.cfg.defaultFingerprint {
-		m.completed(w, r, rec, m.cfg.fingerprint(r, body) == rec.Fingerprint, ev, "", nil)
+		m.completed(w, r, rec, m.cfg.fingerprint(r, body) == rec.Fingerprint, ev, fresh, nil)
 		return
 	}
 	d := rawdigest.Of(r, body)
 	if hasRaw && d == raw || d == rec.RawDigest {
-		m.replay(w, r, rec, ev, "", nil)
+		m.replay(w, r, rec, ev, fresh, nil)
 		return
 	}
 	same := m.cfg.fingerprint(r, body) == rec.Fingerprint
 	if same {
 		m.cache.learn(skey, rec, d)
 	}
-	m.completed(w, r, rec, same, ev, "", nil)
+	m.completed(w, r, rec, same, ev, fresh, nil)
 }
 
 // completed answers a request whose key holds a kept response: the replay

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/store"
 )
 
 // Request ids and owner tokens: every response to a covered request with
@@ -105,23 +106,44 @@ const tokenLen = 26
 // every clone, and a claim that finds its own token runs as its owner; the
 // kernel's generator is reseeded on restore.)
 func newToken(withID bool) (token, id string) {
+	var b [tokenLen + 36]byte
+	s := string(appendToken(b[:0], withID))
+	return s[:tokenLen], s[tokenLen:]
+}
+
+// names returns the store key name of the key in its scope (store.KeyName),
+// a fresh owner token and, when withID, a new request id (as newToken
+// makes them), in one string: one allocation for the three.
+func names(scope, key string, withID bool) (skey, token, id string) {
+	var b [store.KeyNameLen + tokenLen + 36]byte
+	k := store.AppendKeyName(b[:0], scope, key)
+	s := string(appendToken(k, withID))
+	n := len(k)
+	return s[:n], s[n : n+tokenLen], s[n+tokenLen:]
+}
+
+// appendToken appends a fresh owner token and, when withID, a new request
+// id to dst, which must have room for both.
+func appendToken(dst []byte, withID bool) []byte {
 	var src [tokenLen + 16]byte
 	if withID {
 		rand.Read(src[:])
 	} else {
 		rand.Read(src[:tokenLen])
 	}
-	var b [tokenLen + 36]byte
+	at := len(dst)
+	dst = dst[:at+tokenLen]
 	for i := range tokenLen {
-		b[i] = base32[src[i]%32]
+		dst[at+i] = base32[src[i]%32]
 	}
 	if !withID {
-		return string(b[:tokenLen]), ""
+		return dst
 	}
 	u := src[tokenLen:]
 	u[6] = (u[6] & 0x0f) | 0x40 // version 4
 	u[8] = (u[8] & 0x3f) | 0x80 // variant 10
-	x := b[tokenLen:]
+	dst = dst[:at+tokenLen+36]
+	x := dst[at+tokenLen:]
 	hex.Encode(x[0:8], u[0:4])
 	x[8] = '-'
 	hex.Encode(x[9:13], u[4:6])
@@ -131,6 +153,5 @@ func newToken(withID bool) (token, id string) {
 	hex.Encode(x[19:23], u[8:10])
 	x[23] = '-'
 	hex.Encode(x[24:], u[10:])
-	s := string(b[:])
-	return s[:tokenLen], s[tokenLen:]
+	return dst
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+
+	"github.com/idemkey/idemkey/store"
 )
 
 // An owner token made with a request id is written as crypto/rand.Text
@@ -30,6 +32,20 @@ func TestNewTokenWithRequestID(t *testing.T) {
 	}
 	if token, id := newToken(false); len(token) != tokenLen || id != "" {
 		t.Errorf("without an id: %q, %q", token, id)
+	}
+}
+
+// names makes the key's store name, a token and a request id as
+// store.KeyName and newToken make them.
+func TestNames(t *testing.T) {
+	for _, withID := range []bool{true, false} {
+		skey, token, id := names("alice", "k-1", withID)
+		if skey != store.KeyName("alice", "k-1") || len(token) != tokenLen || strings.Trim(token, base32) != "" {
+			t.Fatalf("names: %q %q", skey, token)
+		}
+		if _, err := uuid.Parse(id); (err == nil) != withID {
+			t.Fatalf("with id %v: id %q", withID, id)
+		}
 	}
 }
 

@@ -348,13 +348,23 @@ const KeyPrefix = "idem:v1:"
 // different (scope, key) pairs never share a name, and the braces are a
 // Redis Cluster hash tag that keeps everything about one record in one slot.
 func KeyName(scope, key string) string {
+	var b [KeyNameLen]byte
+	return string(AppendKeyName(b[:0], scope, key))
+}
+
+// KeyNameLen is the length of every name KeyName returns.
+const KeyNameLen = len(KeyPrefix) + 2 + 2*sha256.Size
+
+// AppendKeyName appends KeyName(scope, key) to dst and returns the
+// extended buffer, so that a caller can build the name in a buffer of its
+// own (the middleware makes it with the request's owner token, in one
+// allocation).
+func AppendKeyName(dst []byte, scope, key string) []byte {
 	d := digest(scope, key)
-	var b [len(KeyPrefix) + 2 + 2*sha256.Size]byte
-	n := copy(b[:], KeyPrefix)
-	b[n] = '{'
-	hex.Encode(b[n+1:], d[:])
-	b[len(b)-1] = '}'
-	return string(b[:])
+	dst = append(dst, KeyPrefix...)
+	dst = append(dst, '{')
+	dst = hex.AppendEncode(dst, d[:])
+	return append(dst, '}')
 }
 
 // digest returns the SHA-256 over the length-prefixed scope and key that
