@@ -53,7 +53,13 @@ type capture struct {
 	in      bodyReader
 	length  [1]string
 	request [1]string
+	// small holds a body of up to its size (most responses to a mutation
+	// are a short JSON object) without an allocation of its own.
+	small [smallBody]byte
 }
+
+// smallBody is the size of a body the capture holds in itself.
+const smallBody = 128
 
 // A streamer is told before a held response starts to go out while the
 // handler runs, and keeps its record first; it reports false when the
@@ -198,7 +204,10 @@ func (c *capture) replace() {
 func (c *capture) record(streamed bool) *store.Record {
 	c.rec = store.Record{Status: c.status, Header: c.kept, BodyOmitted: true}
 	if !streamed && !c.streaming {
-		c.rec.Body, c.rec.BodyOmitted = c.body, false
+		c.rec.BodyOmitted = false
+		if len(c.body) > 0 {
+			c.rec.Body = c.body
+		}
 	}
 	return &c.rec
 }
@@ -420,5 +429,6 @@ func newCapture(w http.ResponseWriter, limit int, keep func(string) bool, owner 
 		out = c
 	}
 	c.w, c.limit, c.keep, c.owner = w, limit, keep, owner
+	c.body = c.small[:0]
 	return c, out
 }

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"time"
@@ -273,7 +274,10 @@ func (a *attempt) keep(rec *store.Record) bool {
 	switch {
 	case err == nil:
 		if m.cache != nil && a.own.claimed() {
+			// A copy, whose body is its own: the record's is held in the
+			// capture, which the cache must not keep alive.
 			kept := *rec
+			kept.Body = bytes.Clone(rec.Body)
 			m.cache.put(a.skey, &kept, m.cfg.retention)
 		}
 		if m.observed() {
