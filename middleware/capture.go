@@ -53,6 +53,8 @@ type capture struct {
 	in      bodyReader
 	length  [1]string
 	request [1]string
+	// values holds the kept header's values, when they fit.
+	values [8]string
 	// small holds a body of up to its size (most responses to a mutation
 	// are a short JSON object) without an allocation of its own.
 	small [smallBody]byte
@@ -94,7 +96,7 @@ func (c *capture) WriteHeader(code int) {
 		return
 	}
 	c.status = code
-	c.kept = keptHeader(c.w.Header(), c.keep)
+	c.kept = keptHeader(c.w.Header(), c.keep, c.values[:])
 }
 
 func (c *capture) Write(p []byte) (int, error) {
@@ -140,7 +142,7 @@ func write[T string | []byte](c *capture, p T, out func(http.ResponseWriter, T) 
 func (c *capture) startStream() error {
 	if c.status == 0 {
 		c.status = http.StatusOK
-		c.kept = keptHeader(c.w.Header(), c.keep)
+		c.kept = keptHeader(c.w.Header(), c.keep, c.values[:])
 	}
 	if !c.owner.streaming(c) {
 		return errAborted

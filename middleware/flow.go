@@ -274,10 +274,11 @@ func (a *attempt) keep(rec *store.Record) bool {
 	switch {
 	case err == nil:
 		if m.cache != nil && a.own.claimed() {
-			// A copy, whose body is its own: the record's is held in the
-			// capture, which the cache must not keep alive.
+			// A copy, whose body and header values are its own: the
+			// record's are held in the capture, which the cache must not
+			// keep alive.
 			kept := *rec
-			kept.Body = bytes.Clone(rec.Body)
+			kept.Body, kept.Header = bytes.Clone(rec.Body), rec.Header.Clone()
 			m.cache.put(a.skey, &kept, m.cfg.retention)
 		}
 		if m.observed() {

@@ -46,8 +46,9 @@ func DefaultKeepHeader(name string) bool {
 
 // keptHeader returns the headers of h that keep accepts, leaving out any
 // header h's Connection header names (hop-by-hop by declaration). The
-// values are copied: later changes to h do not reach the result.
-func keptHeader(h http.Header, keep func(string) bool) http.Header {
+// values are copied: later changes to h do not reach the result. They are
+// copied into slot when it has room for them, else into a new array.
+func keptHeader(h http.Header, keep func(string) bool, slot []string) http.Header {
 	var hop []string
 	if c := h["Connection"]; len(c) > 0 {
 		for _, v := range c {
@@ -73,7 +74,12 @@ func keptHeader(h http.Header, keep func(string) bool) http.Header {
 		}
 	}
 	out := make(http.Header, n)
-	values := make([]string, nv)
+	values := slot
+	if len(values) >= nv {
+		values = values[:nv]
+	} else {
+		values = make([]string, nv)
+	}
 	put := func(k string) {
 		nv := copy(values, h[k])
 		out[k] = values[:nv:nv]

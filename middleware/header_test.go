@@ -21,7 +21,7 @@ func TestKeptHeader(t *testing.T) {
 			h[k] = []string{"v" + strconv.Itoa(i), "w"}
 			want[k] = []string{"v" + strconv.Itoa(i), "w"}
 		}
-		got := keptHeader(h, func(k string) bool { return k != "Connection" && DefaultKeepHeader(k) })
+		got := keptHeader(h, func(k string) bool { return k != "Connection" && DefaultKeepHeader(k) }, nil)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%d headers: kept %v, want %v", n, got, want)
 		}
