@@ -82,7 +82,10 @@ func (c *handlerCtx) Value(k any) any {
 	if c.hasKey && k == (keyctx.Key{}) {
 		return &c.key
 	}
-	if c.made.Load() || c.over() {
+	// The request's context's end needs no check here: until the bound is
+	// made, what the parent answers (context.Cause among it) is what the
+	// bound would answer.
+	if c.made.Load() || c.ended.Load() || !time.Now().Before(c.deadline) {
 		return c.bounded().Value(k)
 	}
 	return c.parent.Value(k)
