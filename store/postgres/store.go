@@ -32,8 +32,7 @@ type Store struct {
 	timeout       time.Duration
 	commitTimeout time.Duration
 	begin         string // the BEGIN of a request's transaction
-	// claimSQL is the claim: a call of the table's claim function, or,
-	// for a table made without one, the same claim as one statement.
+	// claimSQL is the claim: a call of the table's claim function.
 	claimSQL  string
 	txOptions pgx.TxOptions
 	// undo4xx: a kept 4xx rolls the handler's writes back to a savepoint
@@ -136,23 +135,11 @@ func open(ctx context.Context, d db, opts []Option) (*Store, error) {
 	if err := checkLocks(ctx, d); err != nil {
 		return nil, err
 	}
-	byFunc, err := hasClaimFunc(ctx, d, cfg.table)
-	if err != nil {
-		return nil, fmt.Errorf("idemkey: postgres: checking table %s: %w", cfg.table.Sanitize(), err)
-	}
-	if !byFunc {
-		slog.Warn("idemkey: postgres: the table has no claim function (it was made by an earlier version's schema): claims work, but cost PostgreSQL a plan each where statements are not kept prepared; run postgres.Migrate, or apply postgres.SchemaSQL (or Schema) again",
-			"table", cfg.table.Sanitize(), "function", claimFunc(cfg.table).Sanitize())
-	}
 	sql := newStatements(cfg.table)
-	claim := sql.claim
-	if byFunc {
-		claim = sql.claimCall
-	}
 	s := &Store{
 		db:            d,
 		sql:           sql,
-		claimSQL:      claim,
+		claimSQL:      sql.claimCall,
 		table:         cfg.table.Sanitize(),
 		timeout:       cfg.CallTimeout,
 		commitTimeout: cfg.CommitTimeout,
@@ -217,6 +204,7 @@ type row struct {
 	omitted     *bool
 	completedAt *time.Time
 	same        *bool // kind 3: the holder's request has the claim's fingerprint
+	rawDigest   []byte
 }
 
 // The kinds of answer of claimSQL.
@@ -228,7 +216,7 @@ const (
 
 func (r *row) scan(rows scanner) error {
 	return rows.Scan(&r.kind, &r.token, &r.fingerprint, &r.createdAt, &r.remaining,
-		&r.status, &r.header, &r.body, &r.omitted, &r.completedAt, &r.same)
+		&r.status, &r.header, &r.body, &r.omitted, &r.completedAt, &r.same, &r.rawDigest)
 }
 
 // queryClaim runs the claim statement on q and returns its row, or false
@@ -258,7 +246,7 @@ func (s *Store) locks(key string, fp [32]byte) (int64, int64) {
 // result reads the claim's answer when the key is not claimed: a row that
 // holds it (kind 2; the caller decides Mine), or a transaction (kind 3).
 func (r *row) result(c store.Claim) (store.Result, error) {
-	f := sqlcore.Found{Kind: sqlcore.Row, Fingerprint: r.fingerprint, Header: r.header, Body: r.body}
+	f := sqlcore.Found{Kind: sqlcore.Row, Fingerprint: r.fingerprint, RawDigest: r.rawDigest, Header: r.header, Body: r.body}
 	if r.kind == kindHeld {
 		f.Kind = sqlcore.HeldOther
 		if r.same != nil && *r.same {
@@ -482,10 +470,15 @@ func recordArgs(key, token string, rec *store.Record, retention time.Duration) (
 	if body == nil {
 		body = []byte{} // NULL is for a key in flight
 	}
+	var raw []byte // NULL: kept without one
+	if rec.RawDigest != ([32]byte{}) {
+		raw = rec.RawDigest[:]
+	}
 	// Room for one more: a transaction's keep adds the claim's life.
-	args := make([]any, 10, 11)
+	args := make([]any, 11, 12)
 	args[0], args[1], args[2], args[3], args[4] = key, token, rec.Fingerprint[:], int16(rec.Status), h
 	args[5], args[6], args[7], args[8], args[9] = body, rec.BodyOmitted, rec.CreatedAt, rec.CompletedAt, us
+	args[10] = raw
 	return args, nil
 }
 
