@@ -35,9 +35,12 @@
 // The handler never commits or rolls back: a kept status commits, with
 // the record, before the response goes out; a 5xx, a transient 4xx (408,
 // 409, 425, 429) or a panic rolls back and frees the key. A kept 4xx (400,
-// 404, 422, ...) keeps its answer and undoes the handler's writes, rolling
-// back to a savepoint taken before the handler ran, since clients read a
-// 4xx as "nothing happened" (WithClientErrorWrites keeps them). A COMMIT
+// 404, 422, ...) keeps its answer and undoes the handler's writes, since
+// clients read a 4xx as "nothing happened" (WithClientErrorWrites keeps
+// them): the whole transaction rolls back, and the record is then kept in
+// a statement of its own, fenced as the claim was (no subtransaction: see
+// below). If another request took the key in the moment between the two,
+// that request wins: the 4xx is not kept, and its client gets 503. A COMMIT
 // that fails, or whose reply is lost, answers 503: the retry then replays
 // the record if it committed, or runs again if it did not. On such a route
 // a flush is the commit (the record, with the body omitted, commits before
@@ -49,7 +52,8 @@
 // ends. Never begin or commit a transaction on it (conn.Begin,
 // pgx.BeginFunc(ctx, conn, ...)): PostgreSQL ignores that BEGIN, and the
 // COMMIT after it commits the request's transaction early. Pass the pgx.Tx
-// instead, whose Begin is a savepoint. When the handler commits the
+// instead, whose Begin is a savepoint (the one subtransaction a request
+// can have, and only when its handler asks for it). When the handler commits the
 // request's transaction itself anyway, its claim commits with its writes:
 // a kept answer is still kept (in a statement of its own), and after a 5xx
 // or a panic the key stays held for 24 hours (repeats get 409; idemctl
@@ -173,9 +177,10 @@
 // # Statements and round trips
 //
 //	path                                  round trips
-//	ClaimTx: first run                     1  BEGIN, the claim (a call of the table's claim function), SAVEPOINT
+//	ClaimTx: first run                     1  BEGIN, the claim (a call of the table's claim function)
 //	handler's statements                   1 each
 //	Tx.Commit                              1  pipeline: the fenced UPDATE that keeps the record, COMMIT
+//	Tx.Commit, kept 4xx, writes undone     1  pipeline: ROLLBACK, the record kept in a fenced statement of its own
 //	Tx.Rollback                            1  ROLLBACK
 //	ClaimTx: replay, in flight             1  the same pipeline; its ROLLBACK is sent after, not waited for
 //	claim of a lapsed row                  1  the same statement takes it over
@@ -185,8 +190,8 @@
 //
 // Through database/sql (NewDB), one statement a round trip:
 //
-//	ClaimTx: first run                     3  BEGIN, the claim, SAVEPOINT (2 with WithClientErrorWrites(true))
-//	Tx.Commit                              2  the fenced UPDATE, COMMIT (3 for a kept 4xx: ROLLBACK TO SAVEPOINT first)
+//	ClaimTx: first run                     2  BEGIN, the claim
+//	Tx.Commit                              2  the fenced UPDATE, COMMIT (a kept 4xx whose writes are undone: ROLLBACK, the record)
 //	Tx.Rollback                            1
 //	ClaimTx: replay, in flight             2  BEGIN, the claim; its ROLLBACK is sent after, not waited for
 //	a handler's own Commit, then the keep  1 more: the record kept in a statement of its own

@@ -169,8 +169,10 @@ func WithSweepBatch(n int) Option {
 // answers a 4xx that is kept (400, 404, 422 and the like; not the
 // transient 408, 409, 425 and 429, which roll back like a 5xx). Clients
 // read a 4xx as "nothing happened", so by default (false) the writes are
-// undone: the request's transaction rolls back to a savepoint taken before
-// the handler ran, then keeps the answer and commits. true commits them
+// undone: the request's transaction rolls back, and the answer is then
+// kept in a statement of its own, fenced as the claim was (no
+// subtransaction is opened for it; a request that took the key in between
+// wins, and the 4xx is not kept: its client gets 503). true commits them
 // with the answer, for handlers that record something on purpose when
 // they refuse (an audit row, a counter of failed attempts). 2xx and 3xx
 // answers always commit their writes.
