@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"net"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,6 +26,8 @@ type db interface {
 	// maxConns is the pool's bound on open connections; 0 when it has
 	// none.
 	maxConns() int
+	// server names the server and database, for start-up's errors.
+	server() string
 }
 
 // scanner is a row: pgx.Row and *sql.Row alike.
@@ -54,6 +59,11 @@ func (p pgxDB) inTx(ctx context.Context, f func(q db) error) error {
 }
 
 func (p pgxDB) maxConns() int { return int(p.pool.Config().MaxConns) }
+
+func (p pgxDB) server() string {
+	c := p.pool.Config().ConnConfig
+	return fmt.Sprintf("server %s, database %s", net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port))), c.Database)
+}
 
 // sqlQuerier is what both a *sql.DB and a *sql.Tx run.
 type sqlQuerier interface {
@@ -92,6 +102,13 @@ func (d sqlDB) inTx(ctx context.Context, f func(q db) error) error {
 }
 
 func (d sqlDB) maxConns() int { return d.db.Stats().MaxOpenConnections }
+
+// server names what database/sql says of the server: only its driver (a
+// DB does not say where it connects), and, once connected, what the
+// server says of itself.
+func (d sqlDB) server() string {
+	return fmt.Sprintf("the database/sql DB of driver %T", d.db.Driver())
+}
 
 // noRows reports a statement that answered no row, on either face.
 func noRows(err error) bool {

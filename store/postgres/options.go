@@ -27,6 +27,10 @@ const (
 	// DefaultSweepBatch is how many expired rows one sweeping statement
 	// deletes at most when WithSweepBatch is not given.
 	DefaultSweepBatch = sqlcore.DefaultSweepBatch
+	// DefaultStartTimeout bounds New, NewDB, Migrate and MigrateDB when
+	// their context has no deadline (10 s): a server that accepts the
+	// connection and never answers fails start-up instead of hanging it.
+	DefaultStartTimeout = sqlcore.DefaultStartTimeout
 )
 
 // Option configures a Store (New) or names what Migrate creates. Options

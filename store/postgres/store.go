@@ -58,9 +58,13 @@ const smallPool = 10
 // says the row changed under it.
 const maxAttempts = sqlcore.Attempts
 
-// New returns a Store on pool. It checks, within ctx, that the table
-// (WithTable; default DefaultTable) exists with the schema's columns, and
-// returns an error that says how to create it when it does not. It starts
+// New returns a Store on pool. It checks, within ctx (DefaultStartTimeout,
+// 10 s, when ctx has no deadline), that the table (WithTable; default
+// DefaultTable) exists with the schema's columns and function, and returns
+// an error that says how to create it when it does not; that the server
+// takes writes (ErrReadOnly for a hot standby, or transactions read-only
+// by default); and that its advisory locks are real (ErrLocksNotReal).
+// Its errors name the server and database. It starts
 // the background sweeper unless WithSweepInterval(0) is given; Close stops
 // it. It returns an error for a nil pool and for any invalid option.
 //
@@ -129,11 +133,11 @@ func open(ctx context.Context, d db, opts []Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTable(ctx, d, cfg.table); err != nil {
-		return nil, err
-	}
-	if err := checkLocks(ctx, d); err != nil {
-		return nil, err
+	caller := ctx
+	ctx, cancel := sqlcore.StartContext(ctx)
+	defer cancel()
+	if err := checkServer(ctx, d, cfg.table); err != nil {
+		return nil, startErr(caller, ctx, d, err)
 	}
 	sql := newStatements(cfg.table)
 	s := &Store{
@@ -154,6 +158,28 @@ func open(ctx context.Context, d db, opts []Option) (*Store, error) {
 			"max_conns", n, "call_timeout", cfg.CallTimeout)
 	}
 	return s, nil
+}
+
+// checkServer runs New's checks: the table and its function, a server
+// that is not read-only, advisory locks that are real.
+func checkServer(ctx context.Context, d db, table pgx.Identifier) error {
+	if err := checkTable(ctx, d, table); err != nil {
+		return err
+	}
+	if err := checkWritable(ctx, d); err != nil {
+		return err
+	}
+	return checkLocks(ctx, d)
+}
+
+// startErr adds to an error of start-up (New, NewDB, Migrate, MigrateDB)
+// the server it was talking to and, when its time was up (ctx, bounded
+// from the caller's context), the budget that ran out.
+func startErr(caller, ctx context.Context, d db, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%s; start-up bounded by %s)", err, d.server(), sqlcore.Budget(caller))
+	}
+	return fmt.Errorf("%w (%s)", err, d.server())
 }
 
 // start starts the background sweeper, unless WithSweepInterval(0).
