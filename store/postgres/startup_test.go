@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemkey/idemkey/internal/sqlcore"
+	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/postgres"
 )
 
@@ -134,4 +136,80 @@ func TestReadOnlyServerIsRefused(t *testing.T) {
 	if !errors.Is(err, postgres.ErrReadOnly) {
 		t.Errorf("NewDB on a read-only server: %v, want ErrReadOnly", err)
 	}
+}
+
+// TestUncommittedRecordIsNotTrusted: whatever isolation level the
+// session runs at by default (here READ UNCOMMITTED, which PostgreSQL
+// runs as READ COMMITTED, set for the connection as a user or database
+// default would be, with the store beginning at the server's default), a
+// record is trusted only once committed. The owner's record is written in
+// its transaction and its COMMIT held: repeats on both faces and the plain
+// claim find the key in flight, never the record; when the COMMIT is then
+// lost (the transaction rolls back), the next request runs, and is not
+// answered with a replay of what never committed.
+func TestUncommittedRecordIsNotTrusted(t *testing.T) {
+	shared := sharedPool(t)
+	table := newTable(t, shared)
+	cfg, err := pgxpool.ParseConfig(sharedURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read uncommitted"
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	db := stdlib.OpenDB(*cfg.ConnConfig.Copy())
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	opts := []postgres.Option{postgres.WithTable(table), postgres.WithSweepInterval(0),
+		postgres.WithCallTimeout(10 * time.Second), postgres.WithTxOptions(pgx.TxOptions{})}
+	st, err := postgres.New(ctx, pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sst, err := postgres.NewDB(ctx, db, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sst.Close()
+
+	key, c := newKey(), newClaim(1)
+	res, tx, err := st.ClaimTx(ctx, key, c)
+	if err != nil || res.State != store.Claimed {
+		t.Fatalf("owner: %v %v", res.State, err)
+	}
+	tctx := tx.NewContext(ctx)
+	var level string
+	if err := postgres.Tx(tctx).QueryRow(tctx, "SHOW transaction_isolation").Scan(&level); err != nil || level != "read uncommitted" {
+		t.Fatalf("the owner's transaction runs at %q (%v), want the session's default", level, err)
+	}
+	// The record, written in the owner's transaction as its keep writes
+	// it, its COMMIT not sent.
+	if _, err := postgres.Tx(tctx).Exec(tctx, "UPDATE "+table+" SET status = 201, body = 'never committed', completed_at = now() WHERE key = $1", key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.Tx(tctx).Exec(tctx, "INSERT INTO "+table+" (key, token, fingerprint, created_at, expires_at, status, body) SELECT $1, 't', $2, now(), now() + interval '1 hour', 201, 'never committed' WHERE NOT EXISTS (SELECT FROM "+table+" WHERE key = $1)", key, c.Fingerprint[:]); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*postgres.Store{"pgx": st, "database/sql": sst} {
+		res, rtx, err := s.ClaimTx(ctx, key, newClaim(1))
+		if err != nil || res.State != store.InFlight || rtx != nil {
+			t.Errorf("%s: a repeat while the owner's COMMIT is held: %v %v, want in flight", name, res.State, err)
+		}
+		if res, err := s.Claim(ctx, key, newClaim(1)); err != nil || res.State != store.InFlight {
+			t.Errorf("%s: a plain claim while the owner's COMMIT is held: %v %v, want in flight", name, res.State, err)
+		}
+	}
+	// The COMMIT is lost: nothing of it committed.
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, next, err := st.ClaimTx(ctx, key, newClaim(1))
+	if err != nil || res.State != store.Claimed {
+		t.Fatalf("after the owner's transaction rolled back: %v %v, want the key claimed anew", res.State, err)
+	}
+	next.Rollback(ctx)
 }
