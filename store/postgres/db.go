@@ -28,6 +28,9 @@ type db interface {
 	maxConns() int
 	// server names the server and database, for start-up's errors.
 	server() string
+	// checkStatements refuses a pool whose prepared statements are lost
+	// between transactions (ErrPreparedStatements).
+	checkStatements(ctx context.Context) error
 }
 
 // scanner is a row: pgx.Row and *sql.Row alike.
@@ -59,6 +62,8 @@ func (p pgxDB) inTx(ctx context.Context, f func(q db) error) error {
 }
 
 func (p pgxDB) maxConns() int { return int(p.pool.Config().MaxConns) }
+
+func (p pgxDB) checkStatements(ctx context.Context) error { return checkPoolStatements(ctx, p.pool) }
 
 func (p pgxDB) server() string {
 	c := p.pool.Config().ConnConfig
@@ -106,6 +111,8 @@ func (d sqlDB) maxConns() int { return d.db.Stats().MaxOpenConnections }
 // server names what database/sql says of the server: only its driver (a
 // DB does not say where it connects), and, once connected, what the
 // server says of itself.
+func (d sqlDB) checkStatements(ctx context.Context) error { return checkDBStatements(ctx, d.db) }
+
 func (d sqlDB) server() string {
 	return fmt.Sprintf("the database/sql DB of driver %T", d.db.Driver())
 }

@@ -152,7 +152,18 @@
 // Behind a transaction-mode pooler without support for prepared statements
 // (PgBouncer before 1.21, or max_prepared_statements = 0), connect pgx
 // with default_query_exec_mode=exec, cache_describe or simple_protocol (in
-// the URL, or pgx.ConnConfig.DefaultQueryExecMode). Its default,
+// the URL, or pgx.ConnConfig.DefaultQueryExecMode). New and NewDB (with
+// pgx's database/sql driver; other drivers are not probed) find out when
+// the pool is in a mode that names statements and its connections lose
+// them between transactions, and refuse it with ErrPreparedStatements: a
+// statement prepared by name on one connection, outside a transaction,
+// must still be there for its next statement while a second connection
+// holds a transaction open (behind PgBouncer, which hands out the server
+// connection used last, the second gets the first's, and the first's next
+// statement another). A pooler that hands the first connection its server
+// connection again is not seen, nor one of a single server connection.
+// The store's statements take the pool's mode, as the handler's do: in
+// the modes above they name no prepared statement. Its default,
 // cache_statement, names prepared statements on a server connection
 // another client then gets ("prepared statement ... already exists"), and
 // describe_exec fails under concurrency (its describe and its execute are
@@ -204,13 +215,19 @@
 //
 // # What is checked at New
 //
-// That the table exists with the schema's columns, and that the server's
-// advisory locks are real: a transaction-scoped lock the store takes must
+// That the pool keeps its prepared statements between transactions, if it
+// names any (above); that the table exists with the schema's columns and
+// its claim function; that the server takes writes (a hot standby, or a
+// server whose transactions are read-only by default, is refused with
+// ErrReadOnly); and that the server's advisory locks are real: a transaction-scoped lock the store takes must
 // be listed as held in pg_locks. CockroachDB answers pg_try_advisory_lock
 // true whatever holds the lock, and is refused with ErrLocksNotReal.
 // YugabyteDB has real advisory locks from 2.25 (behind a flag), and is not
 // tested here. New also warns, through log/slog's default logger, when the
-// pool is smaller than 10 connections.
+// pool is smaller than 10 connections. Start-up (New, NewDB, Migrate,
+// MigrateDB) is bounded by its context, or by DefaultStartTimeout (10 s)
+// when the context has no deadline, and its errors name the server and
+// database (the pgx face; a database/sql DB says only its driver).
 //
 // # Time budgets and errors
 //

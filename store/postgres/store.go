@@ -160,9 +160,15 @@ func open(ctx context.Context, d db, opts []Option) (*Store, error) {
 	return s, nil
 }
 
-// checkServer runs New's checks: the table and its function, a server
-// that is not read-only, advisory locks that are real.
+// checkServer runs New's checks: prepared statements that are not lost
+// between transactions, the table and its function, a server that is not
+// read-only, advisory locks that are real.
 func checkServer(ctx context.Context, d db, table pgx.Identifier) error {
+	// The pool's prepared statements first: where they are lost, the
+	// other checks' statements may fail with it.
+	if err := d.checkStatements(ctx); err != nil {
+		return err
+	}
 	if err := checkTable(ctx, d, table); err != nil {
 		return err
 	}
