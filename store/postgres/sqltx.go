@@ -37,7 +37,15 @@ func SQLTx(ctx context.Context) *sql.Tx {
 	return tx
 }
 
-// claimTxSQL is ClaimTx through database/sql, within ctx (the call's
+// sqlFace runs a request's transaction on a database/sql DB, begun with
+// opts.
+type sqlFace struct {
+	s    *Store
+	db   *sql.DB
+	opts *sql.TxOptions
+}
+
+// claimTx is ClaimTx through database/sql, within ctx (the call's
 // budget): BEGIN and the claim are a round trip each, as database/sql
 // sends one statement at a time.
 //
@@ -46,19 +54,20 @@ func SQLTx(ctx context.Context) *sql.Tx {
 // progress, which the claim's statement_timeout bounds by the same life),
 // so that an owner that stalls past the route's deadline lets go of the
 // key, and its commit keeps nothing.
-func (s *Store) claimTxSQL(ctx context.Context, key string, c store.Claim) (store.Result, store.Tx, error) {
+func (f sqlFace) claimTx(ctx context.Context, key string, c store.Claim) (store.Result, store.Tx, error) {
+	s := f.s
 	var lastErr error
 	for range maxAttempts {
-		conn, err := s.sqlDB.Conn(ctx)
+		conn, err := f.db.Conn(ctx)
 		if err != nil {
-			return store.Result{}, nil, s.noConn(ctx, err)
+			return store.Result{}, nil, f.noConn(ctx, err)
 		}
 		t := &sqlRequestTx{s: s, conn: conn, key: key, token: c.Token, life: c.TTL, lapses: time.Now().Add(c.TTL)}
 		t.ctx, t.cancel = context.WithDeadline(context.WithoutCancel(ctx), t.lapses)
 		// The driver sends BEGIN under the transaction's context: the
 		// call's budget ends it too, until the claim is made.
 		inBudget := context.AfterFunc(ctx, t.cancel)
-		t.tx, err = conn.BeginTx(t.ctx, s.sqlTxOptions)
+		t.tx, err = conn.BeginTx(t.ctx, f.opts)
 		if err != nil {
 			inBudget()
 			t.finish()
@@ -108,16 +117,17 @@ func (s *Store) claimTxSQL(ctx context.Context, key string, c store.Claim) (stor
 	return store.Result{}, nil, unavailable("claim", gaveUp(lastErr))
 }
 
-// beginSQLTx is Begin through database/sql.
-func (s *Store) beginSQLTx(ctx context.Context) (store.Tx, error) {
-	conn, err := s.sqlDB.Conn(ctx)
+// begin is Begin through database/sql.
+func (f sqlFace) begin(ctx context.Context) (store.Tx, error) {
+	s := f.s
+	conn, err := f.db.Conn(ctx)
 	if err != nil {
-		return nil, s.noConn(ctx, err)
+		return nil, f.noConn(ctx, err)
 	}
 	t := &sqlRequestTx{s: s, conn: conn}
 	t.ctx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	inBudget := context.AfterFunc(ctx, t.cancel)
-	t.tx, err = conn.BeginTx(t.ctx, s.sqlTxOptions)
+	t.tx, err = conn.BeginTx(t.ctx, f.opts)
 	if err != nil {
 		inBudget()
 		t.finish()
@@ -131,8 +141,8 @@ func (s *Store) beginSQLTx(ctx context.Context) (store.Tx, error) {
 }
 
 // noConn is the error of a request that found no connection within ctx.
-func (s *Store) noConn(ctx context.Context, err error) error {
-	if st := s.sqlDB.Stats(); ctx.Err() != nil && st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections {
+func (f sqlFace) noConn(ctx context.Context, err error) error {
+	if st := f.db.Stats(); ctx.Err() != nil && st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections {
 		return unavailable("claim", fmt.Errorf("%w (%d of %d held): %w", ErrPoolExhausted, st.InUse, st.MaxOpenConnections, err))
 	}
 	return unavailable("claim", err)

@@ -21,12 +21,11 @@ import (
 // idempotency key. It is safe for concurrent use. The pool belongs to the
 // caller, who closes it after closing the Store.
 type Store struct {
-	// db runs every statement outside a request's transaction; pool
-	// (New) or sqlDB (NewDB) is the face a request's transaction runs on.
+	// db runs every statement outside a request's transaction; face
+	// runs a request's transaction (pgx's for New, database/sql's for
+	// NewDB).
 	db            db
-	pool          *pgxpool.Pool
-	sqlDB         *sql.DB
-	sqlTxOptions  *sql.TxOptions
+	face          face
 	sql           statements
 	table         string // sanitized, for messages
 	timeout       time.Duration
@@ -35,8 +34,8 @@ type Store struct {
 	// claimSQL is the claim: a call of the table's claim function.
 	claimSQL  string
 	txOptions pgx.TxOptions
-	// undo4xx: a kept 4xx rolls the handler's writes back to a savepoint
-	// (WithClientErrorWrites).
+	// undo4xx: a kept 4xx undoes the handler's writes, its record kept
+	// on its own (WithClientErrorWrites, keepAlone).
 	undo4xx       bool
 	sweepBatch    int
 	sweepInterval time.Duration
@@ -79,7 +78,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	if err != nil {
 		return nil, err
 	}
-	s.pool = pool
+	s.face = pgxFace{s: s, pool: pool}
 	s.start()
 	return s, nil
 }
@@ -105,8 +104,7 @@ func NewDB(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
 	if s.txOptions.DeferrableMode != "" {
 		return nil, errors.New("idemkey: postgres: WithTxOptions: a DeferrableMode cannot be set through database/sql")
 	}
-	s.sqlDB = db
-	s.sqlTxOptions = &sql.TxOptions{Isolation: isolation(s.txOptions.IsoLevel)}
+	s.face = sqlFace{s: s, db: db, opts: &sql.TxOptions{Isolation: isolation(s.txOptions.IsoLevel)}}
 	s.start()
 	return s, nil
 }

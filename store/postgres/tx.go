@@ -54,12 +54,29 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if s.sqlDB != nil {
-		return s.claimTxSQL(ctx, key, c)
-	}
+	return s.face.claimTx(ctx, key, c)
+}
+
+// face is how a request's transaction is run, chosen once by New (pgx,
+// pgxFace) or NewDB (database/sql, sqlFace): its claim and its keyless
+// Begin, each within the call's budget (ctx). Everything else is the
+// Store's, the same on both.
+type face interface {
+	claimTx(ctx context.Context, key string, c store.Claim) (store.Result, store.Tx, error)
+	begin(ctx context.Context) (store.Tx, error)
+}
+
+// pgxFace runs a request's transaction on a pgx pool.
+type pgxFace struct {
+	s    *Store
+	pool *pgxpool.Pool
+}
+
+func (f pgxFace) claimTx(ctx context.Context, key string, c store.Claim) (store.Result, store.Tx, error) {
+	s := f.s
 	var lastErr error
 	for range maxAttempts {
-		conn, err := s.acquire(ctx)
+		conn, err := f.acquire(ctx)
 		if err != nil {
 			return store.Result{}, nil, err
 		}
@@ -136,17 +153,20 @@ func (s *Store) claimTx(ctx context.Context, conn *pgxpool.Conn, key string, c s
 
 // Begin opens a transaction with no claim, for a request without a key on
 // a route where the key is optional: BEGIN, one round trip, on a
-// connection held until Commit or Rollback. The handler gets it with Tx, as it would with a key.
+// connection held until Commit or Rollback. The handler gets it with Tx,
+// as it would with a key.
 func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, unavailable("begin", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if s.sqlDB != nil {
-		return s.beginSQLTx(ctx)
-	}
-	conn, err := s.acquire(ctx)
+	return s.face.begin(ctx)
+}
+
+func (f pgxFace) begin(ctx context.Context) (store.Tx, error) {
+	s := f.s
+	conn, err := f.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -158,13 +178,13 @@ func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
 }
 
 // acquire takes a connection from the pool within ctx.
-func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
-	conn, err := s.pool.Acquire(ctx)
+func (f pgxFace) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	conn, err := f.pool.Acquire(ctx)
 	if err == nil {
 		return conn, nil
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		st := s.pool.Stat()
+		st := f.pool.Stat()
 		return nil, unavailable("claim", fmt.Errorf("%w (%d of %d held): %w", ErrPoolExhausted, st.AcquiredConns(), st.MaxConns(), err))
 	}
 	return nil, unavailable("claim", err)
