@@ -190,7 +190,11 @@
 // statement another). A pooler that hands the first connection its server
 // connection again is not seen, nor one of a single server connection.
 // The store's statements take the pool's mode, as the handler's do: in
-// the modes above they name no prepared statement. Its default,
+// the modes above they name no prepared statement, and where the pool
+// keeps them prepared they are planned once per connection (planned on
+// every call, as exec mode does, the keep costs 0.14-0.2 ms and the claim's
+// call 0.1 ms of planning per first run: EXPLAIN ANALYZE, PostgreSQL 15 on
+// a busy 2-CPU AMD EPYC). Its default,
 // cache_statement, names prepared statements on a server connection
 // another client then gets ("prepared statement ... already exists"), and
 // describe_exec fails under concurrency (its describe and its execute are
