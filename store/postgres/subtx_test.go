@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -186,4 +187,59 @@ func TestNoSubtransaction(t *testing.T) {
 	if bad := log.subtransactions(); len(bad) > 0 {
 		t.Errorf("statements that open a subtransaction were sent:\n%s", strings.Join(bad, "\n"))
 	}
+}
+
+// TestKeptClientErrorLosesToAnotherRequest: a kept 4xx whose writes are
+// undone rolls its transaction back before it keeps its record, and if
+// another request takes the key in that moment, that request wins: here
+// a session queued on the key's lock gets it the moment the rollback lets
+// go, so the 4xx is not kept (Commit answers store.ErrNotOwner) and
+// nothing of it is written; once that session ends, the key is free.
+func TestKeptClientErrorLosesToAnotherRequest(t *testing.T) {
+	pool := sharedPool(t)
+	st, _ := newStore(t, pool)
+	ctx := context.Background()
+	key, c := newKey(), newClaim(1)
+	tx := claimTx(t, st, key, c, store.Claimed)
+	lock, _ := st.Locks(key, c.Fingerprint)
+
+	other, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	if _, err := other.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	taken := make(chan error, 1)
+	go func() {
+		_, err := other.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lock)
+		taken <- err
+	}()
+	// Wait until the other session is queued on the lock.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var waiting bool
+		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = ($1::bigint & 4294967295)::oid)", lock).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the other session never queued on the key's lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rec := record("not found", 1)
+	rec.Status = 404
+	if err := tx.Commit(ctx, rec, time.Minute); !errors.Is(err, store.ErrNotOwner) {
+		t.Errorf("the 4xx's commit while another request takes the key: %v, want store.ErrNotOwner", err)
+	}
+	if err := <-taken; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	claimTx(t, st, key, newClaim(1), store.Claimed).Rollback(ctx)
 }
