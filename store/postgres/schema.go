@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkey/idemkey/internal/sqlcore"
 )
 
 // SchemaSQL is the table the store needs, as schema.sql in this package
@@ -25,7 +27,7 @@ const indexSuffix = "_expires_at"
 
 // columns are the table's columns, in the order the store reads them; New
 // checks that the table has them all.
-const columns = "key, token, fingerprint, created_at, expires_at, lock_id, status, header, body, body_omitted, completed_at"
+const columns = "key, token, fingerprint, raw_digest, created_at, expires_at, status, header, body, body_omitted, completed_at"
 
 // Schema returns SchemaSQL for the table named as WithTable takes it
 // ("name" or "schema.name"), with its index named "<name>_expires_at" in
@@ -46,6 +48,7 @@ func schemaFor(id pgx.Identifier) string {
 	index := pgx.Identifier{id[len(id)-1] + indexSuffix}.Sanitize()
 	s := strings.ReplaceAll(SchemaSQL, DefaultTable+indexSuffix, index)
 	s = strings.ReplaceAll(s, DefaultTable+claimSuffix+"(", claimFunc(id).Sanitize()+"(")
+	s = strings.ReplaceAll(s, "('"+DefaultTable+"')", "('"+id.Sanitize()+"')")
 	return strings.ReplaceAll(s, " "+DefaultTable+" ", " "+id.Sanitize()+" ")
 }
 
@@ -63,12 +66,12 @@ func claimFunc(id pgx.Identifier) pgx.Identifier {
 // to_regprocedure takes it.
 const claimSignature = "(text, text, bytea, bigint, bigint, bigint, text)"
 
-// hasClaimFunc reports whether the table's claim function exists (a
-// table made by an earlier version, or by a migration of its SQL, has
-// none: the store then claims with an inline statement).
+// hasClaimFunc reports whether the table's claim function exists as this
+// version makes it (returning the raw digest).
 func hasClaimFunc(ctx context.Context, q db, table pgx.Identifier) (bool, error) {
 	var ok bool
-	err := q.queryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL", claimFunc(table).Sanitize()+claimSignature).Scan(&ok)
+	err := q.queryRow(ctx, "SELECT EXISTS (SELECT FROM pg_proc WHERE oid = to_regprocedure($1) AND 'r_raw_digest' = ANY (proargnames))",
+		claimFunc(table).Sanitize()+claimSignature).Scan(&ok)
 	return ok, err
 }
 
@@ -77,8 +80,12 @@ func hasClaimFunc(ctx context.Context, q db, table pgx.Identifier) (bool, error)
 // concurrent CREATE TABLE IF NOT EXISTS can both try, and one fails).
 const migrateLock = 0x6964656d6b6579 // "idemkey"
 
-// Migrate creates the store's table and index in the database when they do
-// not exist, in one transaction, for services that have no migration tool.
+// Migrate creates the store's table, index and claim function in the
+// database when they do not exist, or brings those of an earlier version
+// up to date, in one transaction under an advisory lock (instances that
+// start together wait for each other), for services that have no
+// migration tool. It is bounded by ctx, or by DefaultStartTimeout when ctx
+// has no deadline; its errors name the server and database.
 // Of the options only WithTable matters; the others are accepted so that
 // the same list can be passed to New. Services with a migration tool apply
 // SchemaSQL (or what Schema returns) as a migration instead; see the
@@ -105,6 +112,9 @@ func migrate(ctx context.Context, d db, opts []Option) error {
 	if err != nil {
 		return err
 	}
+	caller := ctx
+	ctx, cancel := sqlcore.StartContext(ctx)
+	defer cancel()
 	err = d.inTx(ctx, func(tx db) error {
 		if _, err := tx.exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
 			return err
@@ -114,26 +124,62 @@ func migrate(ctx context.Context, d db, opts []Option) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("idemkey: postgres: creating table %s: %w", cfg.table.Sanitize(), err)
+		return startErr(caller, ctx, d, fmt.Errorf("idemkey: postgres: creating table %s: %w", cfg.table.Sanitize(), err))
 	}
 	return nil
 }
 
 // checkTable fails unless the table exists with every column the store
-// uses.
+// uses, and its claim function with it.
 func checkTable(ctx context.Context, q db, table pgx.Identifier) error {
-	err := q.queryRow(ctx, "SELECT "+columns+" FROM "+table.Sanitize()+" LIMIT 0").Scan()
-	if err == nil || noRows(err) {
-		return nil
-	}
 	name := table.Sanitize()
-	switch sqlState(err) {
-	case "42P01": // undefined_table
-		return fmt.Errorf("idemkey: postgres: table %s does not exist: create it with postgres.Migrate, or apply postgres.SchemaSQL with your migration tool", name)
-	case "42703": // undefined_column
-		return fmt.Errorf("idemkey: postgres: table %s is not the store's table (%w): compare it with postgres.SchemaSQL", name, err)
+	// What to apply: SchemaSQL for the default table, Schema's for
+	// another.
+	apply := "postgres.SchemaSQL"
+	if len(table) != 1 || table[0] != DefaultTable {
+		apply = fmt.Sprintf("postgres.Schema(%q)", strings.Join(table, "."))
 	}
-	return fmt.Errorf("idemkey: postgres: checking table %s: %w", name, err)
+	err := q.queryRow(ctx, "SELECT "+columns+" FROM "+name+" LIMIT 0").Scan()
+	switch {
+	case err == nil || noRows(err):
+	case sqlState(err) == "42P01": // undefined_table
+		return fmt.Errorf("idemkey: postgres: table %s does not exist: create it with postgres.Migrate, or apply %s with your migration tool", name, apply)
+	case sqlState(err) == "42703": // undefined_column
+		return fmt.Errorf("idemkey: postgres: table %s was made by an earlier version, or is not the store's table (%w): bring it up to date with postgres.Migrate, or apply %s again", name, err, apply)
+	default:
+		return fmt.Errorf("idemkey: postgres: checking table %s: %w", name, err)
+	}
+	ok, err := hasClaimFunc(ctx, q, table)
+	if err != nil {
+		return fmt.Errorf("idemkey: postgres: checking table %s: %w", name, err)
+	}
+	if !ok {
+		return fmt.Errorf("idemkey: postgres: table %s has no claim function %s as this version makes it: bring it up to date with postgres.Migrate, or apply %s again", name, claimFunc(table).Sanitize(), apply)
+	}
+	return nil
+}
+
+// ErrReadOnly is what New returns for a server on which the store cannot
+// write: a hot standby (in recovery), or one whose transactions are
+// read-only for the store's user or database
+// (default_transaction_read_only). Every claim writes, so on such a
+// server every request would be answered 503 without running.
+var ErrReadOnly = errors.New("idemkey: postgres: the server is read-only")
+
+// checkWritable fails with ErrReadOnly when the server cannot take the
+// store's writes, saying why.
+func checkWritable(ctx context.Context, q db) error {
+	var recovery, readOnly bool
+	if err := q.queryRow(ctx, "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'").Scan(&recovery, &readOnly); err != nil {
+		return fmt.Errorf("idemkey: postgres: checking that the server takes writes: %w", err)
+	}
+	switch {
+	case recovery:
+		return fmt.Errorf("%w: it is a hot standby (pg_is_in_recovery() is true); connect the store to the primary", ErrReadOnly)
+	case readOnly:
+		return fmt.Errorf("%w: its transactions are read-only for this connection (default_transaction_read_only is on, for the user, the database or the connection); turn it off for the store's connections (ALTER ROLE ... SET default_transaction_read_only = off)", ErrReadOnly)
+	}
+	return nil
 }
 
 // ErrLocksNotReal is what New returns for a server whose advisory locks
