@@ -1,0 +1,19 @@
+module github.com/idemkey/idemkey/idemgrpc
+
+go 1.26.0
+
+require (
+	github.com/idemkey/idemkey v0.0.0-20261201134112-96e04b4d74af
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+)
+
+// Until the root is tagged, build against the root in this repository.
+replace github.com/idemkey/idemkey => ../
