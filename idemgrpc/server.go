@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -173,32 +174,67 @@ func (s *Server) keyOf(ctx context.Context, method string, req any) (string, pro
 
 // fingerprint is SHA-256 over the length-prefixed full method and the
 // request message marshalled deterministically, with its key field (when
-// the key came from one) cleared in a copy: the handler's request is
-// never changed.
+// the key came from one) left out: the field's records are dropped from
+// the top level of the encoding, which is the encoding of the message
+// with the field cleared, without a copy of the message. The handler's
+// request is never changed.
 func fingerprint(method string, req any, field protoreflect.FieldDescriptor) ([32]byte, error) {
 	m, ok := req.(proto.Message)
 	if !ok {
 		return [32]byte{}, fmt.Errorf("idemkey: idemgrpc: the request is %T, not a protobuf message", req)
 	}
-	if field != nil {
-		m = proto.Clone(m)
-		m.ProtoReflect().Clear(field)
-	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	bp := fpBuffers.Get().(*[]byte)
+	defer fpBuffers.Put(bp)
+	b := append((*bp)[:0], "idemgrpc-v1"...)
+	b = binary.BigEndian.AppendUint64(b, uint64(len(method)))
+	b = append(b, method...)
+	start := len(b)
+	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, m)
 	if err != nil {
 		return [32]byte{}, fmt.Errorf("idemkey: idemgrpc: marshal the request: %w", err)
 	}
-	h := sha256.New()
-	var n [8]byte
-	for _, p := range [...][]byte{[]byte("idemgrpc-v1"), []byte(method), b} {
-		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
-		h.Write(n[:])
-		h.Write(p)
+	if field != nil {
+		b = append(b[:start], without(b[start:], field.Number())...)
 	}
-	var fp [32]byte
-	h.Sum(fp[:0])
-	return fp, nil
+	*bp = b
+	return sha256.Sum256(b), nil
 }
+
+// without returns enc, a message's encoding, with the top-level records
+// of field n left out, compacted in place. An encoding it cannot read
+// (which proto.Marshal never makes) is returned whole.
+func without(enc []byte, n protowire.Number) []byte {
+	found := false
+	for rest := enc; len(rest) > 0; {
+		num, typ, tl := protowire.ConsumeTag(rest)
+		if tl < 0 {
+			return enc
+		}
+		vl := protowire.ConsumeFieldValue(num, typ, rest[tl:])
+		if vl < 0 {
+			return enc
+		}
+		found = found || num == n
+		rest = rest[tl+vl:]
+	}
+	if !found {
+		return enc
+	}
+	out := enc[:0]
+	for rest := enc; len(rest) > 0; {
+		num, typ, tl := protowire.ConsumeTag(rest)
+		l := tl + protowire.ConsumeFieldValue(num, typ, rest[tl:])
+		if num != n {
+			// out never passes rest: copy moves the record forward.
+			out = append(out, rest[:l]...)
+		}
+		rest = rest[l:]
+	}
+	return out
+}
+
+// fpBuffers hold the bytes a fingerprint is taken over.
+var fpBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // refusal is a status of the interceptor's own, with an ErrorInfo
 // detail, and a RetryInfo detail when retry is positive.

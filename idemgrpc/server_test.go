@@ -462,3 +462,86 @@ func TestOptions(t *testing.T) {
 		t.Error("bad client options accepted")
 	}
 }
+
+// extending is a store that records the extensions of claims.
+type extending struct {
+	store.Store
+	mu   sync.Mutex
+	ttls []time.Duration
+}
+
+func (e *extending) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
+	e.mu.Lock()
+	e.ttls = append(e.ttls, ttl)
+	e.mu.Unlock()
+	return e.Store.(store.Extender).Extend(ctx, key, token, ttl)
+}
+
+func (e *extending) count() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.ttls)
+}
+
+// TestHeartbeat: on a store.Extender, a handler that runs past a third of
+// its claim's life has its claim extended to the claim's full life, and
+// the extensions stop when it returns.
+func TestHeartbeat(t *testing.T) {
+	ext := &extending{Store: newMemory(t)}
+	svc := &payments{}
+	svc.fn = func(context.Context, any) (*testpb.Payment, error) {
+		time.Sleep(2200 * time.Millisecond)
+		return &testpb.Payment{}, nil
+	}
+	// Deadline 1 s: the claim lives 6 s, extended every 2 s.
+	c := bufconnClient(t, newServer(t, ext, idemgrpc.WithMethod(mCreate, idemgrpc.Required, time.Second)), svc)
+	if _, err := c.CreatePayment(timeout(t, 10*time.Second), &testpb.CreatePaymentRequest{RequestId: newKey()}); err != nil {
+		t.Fatal(err)
+	}
+	if n := ext.count(); n != 1 {
+		t.Fatalf("%d extensions of a claim held 2.2 s, want 1", n)
+	}
+	ext.mu.Lock()
+	ttl := ext.ttls[0]
+	ext.mu.Unlock()
+	if ttl != time.Second+idemgrpc.ClaimMargin {
+		t.Errorf("extended to %v, want %v", ttl, time.Second+idemgrpc.ClaimMargin)
+	}
+	time.Sleep(2100 * time.Millisecond)
+	if n := ext.count(); n != 1 {
+		t.Fatalf("%d extensions after the handler returned", n)
+	}
+}
+
+// TestEvents: every decision reaches the observer, with the method and
+// the key's digest, never the key.
+func TestEvents(t *testing.T) {
+	var mu sync.Mutex
+	var got []idemgrpc.Event
+	obs := func(_ context.Context, e idemgrpc.Event) { mu.Lock(); got = append(got, e); mu.Unlock() }
+	svc := &payments{}
+	c := bufconnClient(t, newServer(t, newMemory(t), idemgrpc.WithObserver(obs), idemgrpc.WithMethod(mTransfer, idemgrpc.Required, 0)), svc)
+	ctx := timeout(t, 10*time.Second)
+	k := newKey()
+	c.CreatePayment(ctx, &testpb.CreatePaymentRequest{RequestId: k, Amount: 1})
+	c.CreatePayment(ctx, &testpb.CreatePaymentRequest{RequestId: k, Amount: 1})
+	c.CreatePayment(ctx, &testpb.CreatePaymentRequest{RequestId: k, Amount: 2})
+	c.Transfer(ctx, &testpb.TransferRequest{})
+	mu.Lock()
+	defer mu.Unlock()
+	want := []idemgrpc.EventKind{idemgrpc.EventFirstAttempt, idemgrpc.EventKept, idemgrpc.EventReplay, idemgrpc.EventKeyReused, idemgrpc.EventKeyMissing}
+	if len(got) != len(want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	for i, e := range got {
+		if e.Kind != want[i] {
+			t.Errorf("event %d: %v, want %v", i, e.Kind, want[i])
+		}
+		if i < 4 && (e.Method != mCreate || len(e.KeyDigest) != 64 || strings.Contains(e.KeyDigest, k)) {
+			t.Errorf("event %d: method %q, digest %q", i, e.Method, e.KeyDigest)
+		}
+	}
+	if got[1].Code != codes.OK || got[1].Kind.String() != "kept" {
+		t.Errorf("kept event: %+v", got[1])
+	}
+}
