@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -340,5 +341,83 @@ func TestPostgresTransaction(t *testing.T) {
 	}
 	if n := e.rows(t, "keyless-eur"); n != 1 || svc.runs.Load() != before+1 {
 		t.Errorf("keyless: %d rows, want 1", n)
+	}
+}
+
+// TestPostgresHandlerEndsTransaction: a handler that ends the call's
+// transaction itself (COMMIT as SQL) has its writes in; the store keeps
+// the answer outside the transaction, fenced by the claim's token, and a
+// retry replays it: one payment.
+func TestPostgresHandlerEndsTransaction(t *testing.T) {
+	e := newPostgres(t)
+	svc := &payments{}
+	svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+		r := req.(*testpb.CreatePaymentRequest)
+		if err := pay(ctx, e.payments, r.GetRequestId(), 1); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if _, err := postgres.Tx(ctx).Exec(ctx, "COMMIT"); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		return &testpb.Payment{Id: "pay", Run: svc.runs.Load()}, nil
+	}
+	c := dialTCP(t, serveTCP(t, newServer(t, e.st), svc))
+	ctx := timeout(t, 30*time.Second)
+	k := newKey()
+	for range 3 {
+		p, err := c.CreatePayment(ctx, &testpb.CreatePaymentRequest{RequestId: k})
+		if err != nil || p.GetRun() != 1 {
+			t.Fatalf("%v %v", p, err)
+		}
+	}
+	if n, rows := svc.runs.Load(), e.rows(t, k); n != 1 || rows != 1 {
+		t.Fatalf("%d runs, %d payments for one key", n, rows)
+	}
+}
+
+// TestPostgresSQLTx: on the database/sql face (postgres.NewDB) the
+// handler gets its transaction with postgres.SQLTx(ctx), as on HTTP: a
+// kept answer commits its write once, a released one rolls it back.
+func TestPostgresSQLTx(t *testing.T) {
+	e := newPostgres(t)
+	db := stdlib.OpenDBFromPool(e.pool)
+	t.Cleanup(func() { db.Close() })
+	st, err := postgres.NewDB(context.Background(), db, postgres.WithTable(e.table), postgres.WithSweepInterval(0),
+		postgres.WithCallTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	svc := &payments{}
+	var fail atomic.Bool
+	svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+		r := req.(*testpb.CreatePaymentRequest)
+		tx := postgres.SQLTx(ctx)
+		if tx == nil {
+			return nil, status.Error(codes.Internal, "no *sql.Tx in the handler's context")
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO "+pgx.Identifier{e.payments}.Sanitize()+" (key, amount) VALUES ($1, 1)", r.GetRequestId()); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if fail.Load() {
+			return nil, status.Error(codes.Unavailable, "bank down")
+		}
+		return &testpb.Payment{Id: "pay", Run: svc.runs.Load()}, nil
+	}
+	c := dialTCP(t, serveTCP(t, newServer(t, st), svc))
+	ctx := timeout(t, 30*time.Second)
+	k := newKey()
+	fail.Store(true)
+	if _, err := c.CreatePayment(ctx, &testpb.CreatePaymentRequest{RequestId: k}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("released: %v", err)
+	}
+	fail.Store(false)
+	for range 2 {
+		if _, err := c.CreatePayment(ctx, &testpb.CreatePaymentRequest{RequestId: k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, rows := svc.runs.Load(), e.rows(t, k); n != 2 || rows != 1 {
+		t.Fatalf("%d runs, %d payments, want 2 runs (one released) and 1 payment", n, rows)
 	}
 }
