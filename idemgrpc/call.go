@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/keyctx"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -194,10 +195,9 @@ func (o *claimOwner) atomic() bool { return false }
 // run runs the handler as the key's owner, then keeps or releases.
 func (c *call) run(own owner) (any, error) {
 	s := c.s
-	ctx, cancel := context.WithDeadline(c.ctx, c.start.Add(c.deadline))
+	ctx, cancel := c.handlerContext()
 	defer cancel()
-	ctx = idemkey.NewContext(ctx, c.key)
-	ctx = own.NewContext(ctx)
+	ctx = own.NewContext(&keyContext{Context: ctx, key: c.key})
 	cap := capture(ctx)
 	if cap != nil {
 		ctx = grpc.NewContextWithServerTransportStream(ctx, cap)
@@ -246,6 +246,32 @@ func (c *call) run(own owner) (any, error) {
 		return nil, unavailable
 	}
 	return resp, herr
+}
+
+// handlerContext returns the context the handler runs under: the call's,
+// bounded by the handler's deadline from the claim. A call whose own
+// deadline comes first keeps its context, which spares a child context.
+func (c *call) handlerContext() (context.Context, context.CancelFunc) {
+	deadline := c.start.Add(c.deadline)
+	if d, ok := c.ctx.Deadline(); ok && !d.After(deadline) {
+		return c.ctx, func() {}
+	}
+	return context.WithDeadline(c.ctx, deadline)
+}
+
+// keyContext carries the call's key to the handler (idemkey.FromContext),
+// as idemkey.NewContext does, in one allocation instead of two: the key is
+// handed out by pointer, where context.WithValue would box a copy.
+type keyContext struct {
+	context.Context
+	key idemkey.Key
+}
+
+func (k *keyContext) Value(key any) any {
+	if key == (keyctx.Key{}) {
+		return &k.key
+	}
+	return k.Context.Value(key)
 }
 
 // keep keeps rec as the key's record, and reports whether it was kept.
