@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/idemkey/idemkey v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey/internal/pgtest v0.0.0-20261201134112-96e04b4d74af
 	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201134112-96e04b4d74af
 	github.com/idemkey/idemkey/store/redis v0.0.0-20261201134112-96e04b4d74af
 	github.com/jackc/pgx/v5 v5.12.0

@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemkey/idemkey/idemgrpc"
 	"github.com/idemkey/idemkey/idemgrpc/internal/testpb"
+	"github.com/idemkey/idemkey/internal/pgtest"
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/postgres"
 	redisstore "github.com/idemkey/idemkey/store/redis"
@@ -419,5 +420,56 @@ func TestPostgresSQLTx(t *testing.T) {
 	}
 	if n, rows := svc.runs.Load(), e.rows(t, k); n != 2 || rows != 1 {
 		t.Fatalf("%d runs, %d payments, want 2 runs (one released) and 1 payment", n, rows)
+	}
+}
+
+// TestOneKeyBehindPgBouncer: 64 concurrent calls with one key, on a
+// PostgreSQL store reached through PgBouncer in transaction mode (whose
+// server connections are handed from client to client between
+// transactions), run the handler once and make one payment.
+func TestOneKeyBehindPgBouncer(t *testing.T) {
+	e := newPostgres(t)
+	b := pgtest.StartPgBouncer(t, databaseURL(), pgtest.PoolSize(20), pgtest.MaxClientConn(200))
+	cfg, err := pgxpool.ParseConfig(b.URL + "&default_query_exec_mode=exec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 80
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st := e.open(t, pool)
+	svc := &payments{}
+	svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+		r := req.(*testpb.CreatePaymentRequest)
+		if err := pay(ctx, e.payments, r.GetRequestId(), r.GetAmount()); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		time.Sleep(50 * time.Millisecond)
+		return &testpb.Payment{Id: "pay_once", Run: svc.runs.Load()}, nil
+	}
+	c := dialTCP(t, serveTCP(t, newServer(t, st), svc))
+	ctx := timeout(t, 60*time.Second)
+	key := newKey()
+	req := &testpb.CreatePaymentRequest{RequestId: key, Amount: 3}
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	for range 64 {
+		wg.Go(func() {
+			p, err := c.CreatePayment(ctx, req)
+			switch {
+			case err == nil && p.GetRun() == 1:
+				ok.Add(1)
+			case status.Code(err) == codes.Aborted:
+			default:
+				t.Errorf("call: %v %v", p, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n, rows := svc.runs.Load(), e.rows(t, key); n != 1 || rows != 1 || ok.Load() < 1 {
+		t.Fatalf("%d runs, %d payments, %d OK for one key behind PgBouncer", n, rows, ok.Load())
 	}
 }
