@@ -545,3 +545,51 @@ func TestEvents(t *testing.T) {
 		t.Errorf("kept event: %+v", got[1])
 	}
 }
+
+// completedWith is a store whose every claim finds a kept record: rec,
+// under the claim's own fingerprint.
+type completedWith struct {
+	store.Store
+	rec store.Record
+}
+
+func (c *completedWith) Claim(_ context.Context, _ string, cl store.Claim) (store.Result, error) {
+	rec := c.rec
+	rec.Fingerprint = cl.Fingerprint
+	return store.Result{State: store.Completed, Fingerprint: cl.Fingerprint, Record: &rec}, nil
+}
+
+// TestUnreplayableRecords: a kept record this binary cannot replay (a
+// response type it does not know, or not idemgrpc's) answers INTERNAL,
+// and one whose message was over the limit FAILED_PRECONDITION
+// IDEMPOTENT_RESPONSE_OMITTED; neither runs the handler.
+func TestUnreplayableRecords(t *testing.T) {
+	svc := &payments{}
+	ctx := timeout(t, 10*time.Second)
+	for _, rec := range []store.Record{
+		{Status: 200, Header: map[string][]string{"Idemgrpc-Type": {"no.such.Message"}}},
+		{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{}`)},
+	} {
+		c := bufconnClient(t, newServer(t, &completedWith{Store: newMemory(t), rec: rec}), svc)
+		if _, err := c.CreatePayment(ctx, &testpb.CreatePaymentRequest{RequestId: newKey()}); status.Code(err) != codes.Internal {
+			t.Errorf("record %v: %v, want INTERNAL", rec.Header, err)
+		}
+	}
+	if n := svc.runs.Load(); n != 0 {
+		t.Fatalf("handler ran %d times", n)
+	}
+
+	c := bufconnClient(t, newServer(t, newMemory(t), idemgrpc.WithMaxResponse(4)), svc)
+	req := &testpb.CreatePaymentRequest{RequestId: newKey(), Amount: 1234567}
+	if p, err := c.CreatePayment(ctx, req); err != nil || p.GetRun() != 1 {
+		t.Fatalf("first run over the limit: %v %v", p, err)
+	}
+	var h metadata.MD
+	_, err := c.CreatePayment(ctx, req, grpc.Header(&h))
+	if status.Code(err) != codes.FailedPrecondition || reasonOf(err) != idemgrpc.ReasonResponseOmitted || len(h.Get(idemgrpc.MetadataReplayed)) != 1 {
+		t.Fatalf("repeat of an omitted answer: %v, header %v", err, h)
+	}
+	if n := svc.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
