@@ -4,11 +4,11 @@ go 1.26.0
 
 require (
 	github.com/go-sql-driver/mysql v1.10.1
-	github.com/idemkey/idemkey v0.0.0-20261201134112-96e04b4d74af
-	github.com/idemkey/idemkey/internal/pgtest v0.0.0-20261201134112-96e04b4d74af
-	github.com/idemkey/idemkey/store/mysql v0.0.0-20261201134112-96e04b4d74af
-	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201134112-96e04b4d74af
-	github.com/idemkey/idemkey/store/redis v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey v0.0.0-20261201214614-abdb37a09424
+	github.com/idemkey/idemkey/internal/pgtest v0.0.0-20261201214614-abdb37a09424
+	github.com/idemkey/idemkey/store/mysql v0.0.0-20261201214614-abdb37a09424
+	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201214614-abdb37a09424
+	github.com/idemkey/idemkey/store/redis v0.0.0-20261201214614-abdb37a09424
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
