@@ -5,7 +5,6 @@ go 1.26.0
 require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemkey/idemkey v0.0.0-20261201214614-abdb37a09424
-	github.com/idemkey/idemkey/internal/pgtest v0.0.0-20261201214614-abdb37a09424
 	github.com/idemkey/idemkey/store/mysql v0.0.0-20261201214614-abdb37a09424
 	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201214614-abdb37a09424
 	github.com/idemkey/idemkey/store/redis v0.0.0-20261201214614-abdb37a09424
@@ -29,7 +28,6 @@ require (
 // Until the modules are tagged, build against the ones in this repository.
 replace (
 	github.com/idemkey/idemkey => ../
-	github.com/idemkey/idemkey/internal/pgtest => ../internal/pgtest
 	github.com/idemkey/idemkey/store/mysql => ../store/mysql
 	github.com/idemkey/idemkey/store/postgres => ../store/postgres
 	github.com/idemkey/idemkey/store/redis => ../store/redis

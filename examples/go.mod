@@ -9,7 +9,6 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/idemkey/idemkey v0.0.0-20261201214614-abdb37a09424
 	github.com/idemkey/idemkey/idemgin v0.0.0-20261201214614-abdb37a09424
-	github.com/idemkey/idemkey/internal/pgtest v0.0.0-20261201214614-abdb37a09424
 	github.com/idemkey/idemkey/metrics/prom v0.0.0-20261201214614-abdb37a09424
 	github.com/idemkey/idemkey/openapi v0.0.0-20261201214614-abdb37a09424
 	github.com/idemkey/idemkey/store/mysql v0.0.0-20261201214614-abdb37a09424
@@ -73,7 +72,6 @@ require (
 replace (
 	github.com/idemkey/idemkey => ..
 	github.com/idemkey/idemkey/idemgin => ../idemgin
-	github.com/idemkey/idemkey/internal/pgtest => ../internal/pgtest
 	github.com/idemkey/idemkey/metrics/prom => ../metrics/prom
 	github.com/idemkey/idemkey/openapi => ../openapi
 	github.com/idemkey/idemkey/store/mysql => ../store/mysql

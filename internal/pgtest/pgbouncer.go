@@ -18,8 +18,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // ErrPgBouncerNotInstalled reports that the pgbouncer binary was not found.
@@ -209,6 +207,10 @@ func versionAtLeast(v string, major, minor int) bool {
 	return ma > major || ma == major && mi >= minor
 }
 
+// AtLeast reports whether this PgBouncer's version is major.minor or later
+// (false when its version could not be read).
+func (b *PgBouncer) AtLeast(major, minor int) bool { return versionAtLeast(b.Version, major, minor) }
+
 // StartPgBouncer starts a PgBouncer in front of serverURL's database (a
 // postgres:// URL) for the test, on a free loopback port, and returns it
 // once it passes a query through to the server; it is stopped (SIGTERM,
@@ -310,7 +312,7 @@ func connValue(name, v string) error {
 // writeConfig writes pgbouncer.ini and userlist.txt into b.Dir for a
 // PgBouncer on port in front of serverURL's database, and sets b.URL.
 func (b *PgBouncer) writeConfig(serverURL string, port int) error {
-	sc, err := pgx.ParseConfig(serverURL)
+	sc, err := parseURL(serverURL)
 	if err != nil {
 		return fmt.Errorf("%w: server URL: %v", errPgBouncerConfig, err)
 	}
@@ -440,20 +442,7 @@ func (b *PgBouncer) run(serverURL string, port int) error {
 
 // ping runs SELECT 1 through PgBouncer with the simple protocol, which
 // leaves no statement behind on the server connection.
-func (b *PgBouncer) ping(ctx context.Context) error {
-	cfg, err := pgx.ParseConfig(b.URL)
-	if err != nil {
-		return err
-	}
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	c, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer c.Close(context.Background())
-	var one int
-	return c.QueryRow(ctx, "SELECT 1").Scan(&one)
-}
+func (b *PgBouncer) ping(ctx context.Context) error { return ping(ctx, b.URL) }
 
 // Kill ends pgbouncer with SIGKILL and waits until it has exited and been
 // reaped: every client connection and every server connection it held is

@@ -19,6 +19,13 @@
 // environment variable CI is set non-empty they fail it instead, so a
 // continuous-integration run cannot pass by skipping.
 //
+// The package is part of the root module and uses only the standard
+// library (it signs in and runs SELECT 1 over the wire protocol itself), so
+// that the modules whose tests use it (store/postgres, idemctl, the
+// examples) add nothing to their users' module graphs. Its own tests drive
+// the servers with pgx, in the module internal/pgtest/test, which nothing
+// imports.
+//
 // Typical use:
 //
 //	url := pgtest.Shared(t)             // the shared server, for tests that need no faults
@@ -44,8 +51,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // ErrNotInstalled reports that the PostgreSQL server binaries were not
@@ -463,20 +468,9 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// ping connects to url and runs SELECT 1.
-func ping(ctx context.Context, url string) error {
-	c, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer c.Close(context.Background())
-	var one int
-	return c.QueryRow(ctx, "SELECT 1").Scan(&one)
-}
-
 // redact returns url without its password, for messages.
 func redact(url string) string {
-	cfg, err := pgx.ParseConfig(url)
+	cfg, err := parseURL(url)
 	if err != nil {
 		return "(an unparsable URL)"
 	}

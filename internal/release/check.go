@@ -15,8 +15,9 @@ import (
 // check proves that every module of the set builds, passes go vet and
 // (unless vetOnly) its tests on its own, with its requirements as a user's
 // build sees them: GOWORK=off, no replace directives, our modules from a
-// proxy made from the history. testArgs go to go test.
-func (r *repo) check(vetOnly, keep bool, testArgs []string) error {
+// proxy made from the history. testArgs go to go test; only, if not
+// empty, names the modules to check (comma-separated directories).
+func (r *repo) check(vetOnly, keep bool, only string, testArgs []string) error {
 	// One directory per repository, the same from run to run, so that the
 	// build cache (whose keys include a main module's directory) serves
 	// the second run.
@@ -59,6 +60,9 @@ func (r *repo) check(vetOnly, keep bool, testArgs []string) error {
 	}
 	var failed []string
 	for i, m := range r.set {
+		if only != "" && !slices.Contains(strings.Split(only, ","), m.Dir) {
+			continue
+		}
 		dir := filepath.Join(tmp, "m", fmt.Sprint(i))
 		gm, err := r.copyModule(m, dir, p)
 		if err != nil {

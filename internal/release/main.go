@@ -27,7 +27,8 @@
 // GOWORK=off and -mod=readonly. A requirement that names a root without a
 // package the module imports fails there with "no required module
 // provides package", as it would for a user. Arguments after "--" go to
-// go test (check -- -race -run TestX); "check -vet" runs go vet alone.
+// go test (check -- -race -run TestX); "check -vet" runs go vet alone, and
+// "check -m store/postgres,examples" checks those modules only.
 //
 // It uses only the standard library, git and the go command.
 package main
@@ -47,7 +48,7 @@ func main() {
 
 const usage = `usage:
 	go run ./internal/release pin <version | git revision>
-	go run ./internal/release check [-vet] [-keep] [-- go test flags]
+	go run ./internal/release check [-vet] [-keep] [-m dir,...] [-- go test flags]
 	go run ./internal/release proxy <dir>
 	go run ./internal/release tags <version>
 	go run ./internal/release modules`
@@ -70,10 +71,11 @@ func run(args []string) error {
 		fs := flag.NewFlagSet("check", flag.ContinueOnError)
 		vetOnly := fs.Bool("vet", false, "run go vet only, no tests")
 		keep := fs.Bool("keep", false, "keep the temporary directory and print its name")
+		only := fs.String("m", "", "check only these modules (directories, comma-separated)")
 		if err := fs.Parse(args); err != nil {
 			return err
 		}
-		return repo.check(*vetOnly, *keep, fs.Args())
+		return repo.check(*vetOnly, *keep, *only, fs.Args())
 	case "proxy":
 		if len(args) != 1 {
 			return fmt.Errorf("proxy takes the directory to write\n%s", usage)
