@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/go-sql-driver/mysql v1.10.1
-	github.com/idemkey/idemkey v0.0.0-20261201220319-ef83aac9e6d9
+	github.com/idemkey/idemkey v0.0.0-20261201220651-5c4c761b7d7c
 )
 
 require (

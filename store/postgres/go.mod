@@ -3,7 +3,7 @@ module github.com/idemkey/idemkey/store/postgres
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-20261201220319-ef83aac9e6d9
+	github.com/idemkey/idemkey v0.0.0-20261201220651-5c4c761b7d7c
 	github.com/jackc/pgx/v5 v5.12.0
 )
 
