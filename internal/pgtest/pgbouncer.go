@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemkey/idemkey/internal/proctest"
 )
 
 // ErrPgBouncerNotInstalled reports that the pgbouncer binary was not found.
@@ -410,34 +412,27 @@ func (b *PgBouncer) run(serverURL string, port int) error {
 	// root), directly rather than through runuser or su: the PID is
 	// pgbouncer's own, and it dies with the test binary.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred}
-	setParentDeath(cmd)
-	if err := cmd.Start(); err != nil {
+	pr, err := b.launch(cmd)
+	if err != nil {
 		return err
 	}
-	done := b.watch(cmd)
-	deadline := time.Now().Add(startTimeout)
-	for {
-		select {
-		case <-done:
-			err := fmt.Errorf("pgtest: pgbouncer on port %d exited at start (%v):\n%s", port, cmd.ProcessState, b.LogTail())
-			if strings.Contains(b.Log(), "Address already in use") {
-				err = fmt.Errorf("%w: %w", errPortTaken, err)
-			}
-			return err
-		default:
+	err = proctest.WaitReady(pr, startTimeout, 0, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return b.ping(ctx)
+	})
+	switch {
+	case errors.Is(err, proctest.ErrExited):
+		err := fmt.Errorf("pgtest: pgbouncer on port %d exited at start (%v):\n%s", port, pr.Err(), b.LogTail())
+		if strings.Contains(b.Log(), "Address already in use") {
+			err = fmt.Errorf("%w: %w", errPortTaken, err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := b.ping(ctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			b.Kill()
-			return fmt.Errorf("pgtest: pgbouncer on port %d did not pass a query within %v: %v\n%s", port, startTimeout, err, b.LogTail())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err
+	case err != nil:
+		b.Kill()
+		return fmt.Errorf("pgtest: pgbouncer on port %d did not pass a query: %v\n%s", port, err, b.LogTail())
 	}
+	return nil
 }
 
 // ping runs SELECT 1 through PgBouncer with the simple protocol, which

@@ -51,6 +51,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemkey/idemkey/internal/proctest"
 )
 
 // ErrNotInstalled reports that the PostgreSQL server binaries were not
@@ -101,8 +103,8 @@ func Require(t testing.TB) string {
 // empty, a failure otherwise.
 func Unavailable(t testing.TB, err error) {
 	t.Helper()
-	if (errors.Is(err, ErrNotInstalled) || errors.Is(err, ErrNoServer)) && os.Getenv("CI") == "" {
-		t.Skip(err)
+	if errors.Is(err, ErrNotInstalled) || errors.Is(err, ErrNoServer) {
+		proctest.Unavailable(t, "%v", err)
 	}
 	t.Fatal(err)
 }
@@ -326,30 +328,23 @@ func (s *Server) run(port int) error {
 	cmd.Dir = s.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	s.credentials(cmd)
-	setParentDeath(cmd)
-	if err := cmd.Start(); err != nil {
+	pr, err := s.launch(cmd)
+	if err != nil {
 		return err
 	}
-	done := s.watch(cmd)
-	deadline := time.Now().Add(startTimeout)
-	for {
-		select {
-		case <-done:
-			return fmt.Errorf("pgtest: postgres on port %d exited at start:\n%s", port, s.LogTail())
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := ping(ctx, s.URL)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			s.Kill()
-			return fmt.Errorf("pgtest: postgres on port %d did not accept connections within %v: %v\n%s", port, startTimeout, err, s.LogTail())
-		}
-		time.Sleep(20 * time.Millisecond)
+	err = proctest.WaitReady(pr, startTimeout, 0, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return ping(ctx, s.URL)
+	})
+	switch {
+	case errors.Is(err, proctest.ErrExited):
+		return fmt.Errorf("pgtest: postgres on port %d exited at start:\n%s", port, s.LogTail())
+	case err != nil:
+		s.Kill()
+		return fmt.Errorf("pgtest: postgres on port %d did not accept connections: %v\n%s", port, err, s.LogTail())
 	}
+	return nil
 }
 
 // Kill ends the postmaster and every backend with SIGKILL, as a crash of
