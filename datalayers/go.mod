@@ -4,10 +4,9 @@ go 1.26.0
 
 require (
 	github.com/go-sql-driver/mysql v1.10.1
-	github.com/idemkey/idemkey v0.0.0-20261201134112-96e04b4d74af
-	github.com/idemkey/idemkey/internal/pgtest v0.0.0-20261201134112-96e04b4d74af
-	github.com/idemkey/idemkey/store/mysql v0.0.0-20261201134112-96e04b4d74af
-	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey v0.0.0-20261201222029-e2a2a961fafe
+	github.com/idemkey/idemkey/store/mysql v0.0.0-20261201222029-e2a2a961fafe
+	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201222029-e2a2a961fafe
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jmoiron/sqlx v1.4.0
 	github.com/lib/pq v1.10.9
@@ -40,7 +39,6 @@ require (
 // Until the modules are tagged, build against the ones in this repository.
 replace (
 	github.com/idemkey/idemkey => ../
-	github.com/idemkey/idemkey/internal/pgtest => ../internal/pgtest
 	github.com/idemkey/idemkey/store/mysql => ../store/mysql
 	github.com/idemkey/idemkey/store/postgres => ../store/postgres
 )

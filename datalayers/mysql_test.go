@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkey/idemkey/datalayers/internal/sqlcmysql"
+	"github.com/idemkey/idemkey/internal/proctest"
 	"github.com/idemkey/idemkey/store/mysql"
 )
 
@@ -93,10 +94,7 @@ func mysqlServer(t testing.TB) string {
 		db.Close()
 	}
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("MySQL at %s: %v", url, err)
-		}
-		t.Skipf("MySQL at %s: %v", url, err)
+		proctest.Unavailable(t, "MySQL at %s: %v", url, err)
 	}
 	return url
 }

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/gin-gonic/gin v1.12.0
-	github.com/idemkey/idemkey v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey v0.0.0-20261201222029-e2a2a961fafe
 )
 
 require (

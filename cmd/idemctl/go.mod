@@ -3,11 +3,10 @@ module github.com/idemkey/idemkey/cmd/idemctl
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-20261201134112-96e04b4d74af
-	github.com/idemkey/idemkey/internal/pgtest v0.0.0-20261201134112-96e04b4d74af
-	github.com/idemkey/idemkey/store/mysql v0.0.0-20261201134112-96e04b4d74af
-	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201134112-96e04b4d74af
-	github.com/idemkey/idemkey/store/redis v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey v0.0.0-20261201222029-e2a2a961fafe
+	github.com/idemkey/idemkey/store/mysql v0.0.0-20261201222029-e2a2a961fafe
+	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201222029-e2a2a961fafe
+	github.com/idemkey/idemkey/store/redis v0.0.0-20261201222029-e2a2a961fafe
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
@@ -29,7 +28,6 @@ require (
 // Until the modules are tagged, build against the ones in this repository.
 replace (
 	github.com/idemkey/idemkey => ../..
-	github.com/idemkey/idemkey/internal/pgtest => ../../internal/pgtest
 	github.com/idemkey/idemkey/store/mysql => ../../store/mysql
 	github.com/idemkey/idemkey/store/postgres => ../../store/postgres
 	github.com/idemkey/idemkey/store/redis => ../../store/redis

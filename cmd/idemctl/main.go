@@ -8,7 +8,7 @@
 //	idemctl show   --scope alice --key k1      # the record of alice's key k1
 //	idemctl show   --digest <64 hex>           # the record a log line names
 //	idemctl delete --scope alice --key k1      # asks first; --yes does not
-//	idemctl stats                              # records, claims, memory
+//	idemctl stats                              # records, claims, memory or table size
 //
 // A key is named by the scope and the key the client sent (--scope and
 // --key; the scope of routes without a signed-in caller is "anonymous"), or
@@ -47,7 +47,15 @@
 // the whole table): records, claims in flight (and how many in a request's
 // transaction), expired rows not swept yet; and reports the table's size
 // and its indexes', the dead row versions awaiting vacuum, and when the
-// table was last vacuumed.
+// table was last vacuumed. With MySQL or MariaDB it counts the same
+// (claims in a request's transaction are not rows yet, and are not
+// counted) and reports InnoDB's sizes of the table: data, indexes, free
+// space, bytes per row, and the oldest expiry.
+//
+// show on Redis, when the key is not found, looks for it behind another
+// key prefix (SCAN MATCH *idem:v1:{<digest>}) and names the keys found and
+// the --redis-prefix that shows them: a service whose store has
+// redis.WithKeyPrefix keeps its keys there.
 //
 // Flags:
 //

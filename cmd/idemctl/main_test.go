@@ -360,6 +360,27 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// --help names every store each command works on: stats counts on
+// Redis, PostgreSQL and MySQL alike.
+func TestHelpNamesTheStores(t *testing.T) {
+	var out, errOut bytes.Buffer
+	run(context.Background(), []string{"--help"}, strings.NewReader(""), &out, &errOut)
+	help := out.String() + errOut.String()
+	i := strings.Index(help, "  stats ")
+	if i < 0 {
+		t.Fatalf("no stats in --help:\n%s", help)
+	}
+	stats := help[i:]
+	if j := strings.Index(stats, "\n\n"); j >= 0 {
+		stats = stats[:j]
+	}
+	for _, name := range []string{"Redis", "PostgreSQL", "MySQL"} {
+		if !strings.Contains(stats, name) {
+			t.Errorf("--help's stats line does not name %s:\n%s", name, stats)
+		}
+	}
+}
+
 func TestUnreachable(t *testing.T) {
 	var out, errOut bytes.Buffer
 	// Port 1 on loopback refuses connections.

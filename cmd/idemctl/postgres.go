@@ -36,15 +36,18 @@ func chooseStore(redisFlag, dbFlag string, cluster bool) (string, error) {
 	return "", nil
 }
 
-// connectPostgres opens the store/postgres table on url, with a pool of
-// two connections and no sweeper.
+// connectPostgres opens the store/postgres table on url, with no sweeper.
+// The commands use one or two connections, which the pool opens as they
+// are needed; its bound of ten only keeps quiet the store's warning about
+// small pools, which is a service's concern (each of its requests holds a
+// connection), not a command's.
 func connectPostgres(ctx context.Context, url, table string) (*postgres.Store, func(), error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		// The URL may hold a password: do not repeat it.
 		return nil, nil, fmt.Errorf("%w: --database-url is not a valid postgres:// URL", errUsage)
 	}
-	cfg.MaxConns = 2
+	cfg.MaxConns = 10
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, nil, err

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -167,5 +168,24 @@ func TestPostgresChooseStore(t *testing.T) {
 		if tc.usage != (err != nil) || got != tc.want {
 			t.Errorf("%+v: %q %v", tc, got, err)
 		}
+	}
+}
+
+// idemctl's commands do not print the store's warning about small pools,
+// which speaks to a service sizing its pool (each request holds a
+// connection for its handler's run), not to a command that uses two.
+func TestPostgresNoPoolWarning(t *testing.T) {
+	svc := newPGService(t)
+	var logged bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"--database-url", svc.url, "--table", svc.table, "stats"}, strings.NewReader(""), &out, &errOut)
+	if code != 0 {
+		t.Fatalf("stats: exit %d: %s", code, errOut.String())
+	}
+	if strings.Contains(logged.String(), "pool is small") || strings.Contains(errOut.String(), "pool is small") {
+		t.Errorf("idemctl printed the service's pool warning:\n%s%s", logged.String(), errOut.String())
 	}
 }

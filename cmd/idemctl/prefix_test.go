@@ -75,6 +75,23 @@ func TestRedisPrefix(t *testing.T) {
 		t.Errorf("show with another prefix: exit %d %+v", code, e)
 	}
 
+	// Without the prefix, show finds k2 (which only billing keeps) under it
+	// and says which --redis-prefix names it, rather than only "not found".
+	name2 := "billing:" + store.KeyName("alice", "k2")
+	code, out, _ = ctl("", "--json", "show", "--scope", "alice", "--key", "k2")
+	if e := decodeEntry(t, out); code != 1 || e.Found || len(e.Elsewhere) != 1 || e.Elsewhere[0] != name2 {
+		t.Errorf("show without the prefix: exit %d %+v, want not found, and found under %s", code, e, name2)
+	}
+	code, out, _ = ctl("", "show", "--scope", "alice", "--key", "k2")
+	if code != 1 || !strings.Contains(out, `--redis-prefix "billing:"`) || !strings.Contains(out, name2) {
+		t.Errorf("show without the prefix, text: exit %d:\n%s\nwant the key under billing: and the flag that names it", code, out)
+	}
+	// A key nobody holds is only not found.
+	code, out, _ = ctl("", "--json", "show", "--scope", "alice", "--key", "k3")
+	if e := decodeEntry(t, out); code != 1 || e.Found || len(e.Elsewhere) != 0 {
+		t.Errorf("show of an unknown key: exit %d %+v", code, e)
+	}
+
 	// stats counts the prefix's keys only; without it, the unprefixed ones.
 	for prefix, want := range map[string]int64{"billing:": 2, "": 1} {
 		code, out, errOut = ctl("", "--redis-prefix", prefix, "--json", "stats")

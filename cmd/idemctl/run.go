@@ -35,8 +35,9 @@ const defaultURL = "redis://127.0.0.1:6379/0"
 type env struct {
 	flags  globals
 	st     store.Inspector
-	prefix string // --redis-prefix: what the service gave redis.WithKeyPrefix
-	table  string // the PostgreSQL store's table, quoted; "" for Redis
+	prefix string                  // --redis-prefix: what the service gave redis.WithKeyPrefix
+	rdb    goredis.UniversalClient // the Redis store's client; nil for a database
+	table  string                  // the PostgreSQL store's table, quoted; "" for Redis
 	// scanCount and scanSample are stats's --count and --sample, for
 	// redis.WithScan.
 	scanCount, scanSample int64
@@ -86,8 +87,9 @@ const usage = `usage: idemctl [--redis URL [--cluster] [--redis-prefix P] | --da
 commands:
   show   --scope S --key K | --digest HEX [--body]   show what a key holds
   delete --scope S --key K | --digest HEX [--yes]    delete a key, after asking
-  stats  [--count N] [--sample N]                    count records and claims, report memory (Redis)
-                                                     or the table's size and vacuum state (PostgreSQL)
+  stats  [--count N] [--sample N]                    count records and claims, report memory (Redis),
+                                                     the table's size and vacuum state (PostgreSQL)
+                                                     or the table's size (MySQL, MariaDB)
 
 The flags before the command may also come after it.
 Run "idemctl <command> --help" for a command's flags.
@@ -216,6 +218,7 @@ func (e *env) open(ctx context.Context) (context.Context, error) {
 		return ctx, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	e.closers = append(e.closers, func() { rdb.Close() })
+	e.rdb = rdb
 	opts := []redis.Option{redis.WithKeyPrefix(g.prefix)}
 	if e.scanCount > 0 {
 		opts = append(opts, redis.WithScan(e.scanCount, e.scanSample))

@@ -7,8 +7,11 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemkey/idemkey/store"
 )
@@ -46,6 +49,10 @@ type entry struct {
 	Expired       bool `json:"expired,omitempty"`
 	Transactional bool `json:"transactional,omitempty"`
 	OwnerGone     bool `json:"owner_gone,omitempty"`
+	// Elsewhere, for a Redis key not found, lists keys that hold the same
+	// digest behind another key prefix (redis.WithKeyPrefix): the service's
+	// store has a prefix that --redis-prefix did not give.
+	Elsewhere []string `json:"found_under_other_prefix,omitempty"`
 
 	seen store.Entry // what Inspect read, for delete's compare-and-delete
 }
@@ -114,6 +121,13 @@ func show(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if !ent.Found && e.rdb != nil {
+		// A service whose store has redis.WithKeyPrefix keeps the key behind
+		// its prefix: say where, rather than only that it is not here.
+		if ent.Elsewhere, err = findPrefixed(ctx, e.rdb, e.prefix+key, key); err != nil {
+			return err
+		}
+	}
 	if e.json {
 		if err := e.printJSON(ent); err != nil {
 			return err
@@ -136,6 +150,9 @@ func (e *env) printEntry(ent *entry) {
 	row("digest", "%s", ent.Digest)
 	if !ent.Found {
 		row("state", "not found (never used, expired, or deleted)")
+		for _, k := range ent.Elsewhere {
+			row("found as", "%s: pass --redis-prefix %q (the prefix the service gives redis.WithKeyPrefix)", k, strings.TrimSuffix(k, ent.Key[len(e.prefix):]))
+		}
 		return
 	}
 	row("state", "%s", strings.ReplaceAll(ent.State, "_", " "))
@@ -213,4 +230,55 @@ func roundDuration(s float64) string {
 		return d.Round(time.Millisecond).String()
 	}
 	return d.Round(time.Microsecond).String()
+}
+
+// maxElsewhere bounds the keys findPrefixed reports.
+const maxElsewhere = 5
+
+// findPrefixed returns up to maxElsewhere keys that end in key (the store
+// key without a prefix) but are not shown: the same record behind another
+// redis.WithKeyPrefix. It scans every master (SCAN MATCH *<key>), within
+// the command's timeout.
+func findPrefixed(ctx context.Context, rdb goredis.UniversalClient, shown, key string) ([]string, error) {
+	var mu sync.Mutex
+	var found []string
+	scan := func(ctx context.Context, c goredis.UniversalClient) error {
+		iter := c.Scan(ctx, 0, "*"+globEscape(key), 1000).Iterator()
+		for iter.Next(ctx) {
+			k := iter.Val()
+			mu.Lock()
+			if k != shown && len(found) < maxElsewhere {
+				found = append(found, k)
+			}
+			full := len(found) >= maxElsewhere
+			mu.Unlock()
+			if full {
+				break
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return fmt.Errorf("looking for the key under another prefix: %w", err)
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := rdb.(*goredis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, rdb)
+	}
+	slices.Sort(found)
+	return found, err
+}
+
+// globEscape escapes the characters SCAN's MATCH pattern gives a meaning.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -1,19 +1,17 @@
 // Command echo-app is the payment service of examples/chi-app on echo,
-// protected by idemkey through echo.WrapMiddleware: a retried POST makes
-// one payment, however often its reply is lost.
+// protected by idemkey through idemecho: a retried POST makes one payment,
+// however often its reply is lost.
 //
 //	go run ./examples/echo-app
 //	curl -i localhost:8080/payments -H 'Content-Type: application/json' -H 'Idempotency-Key: k1' -d '{"amount":10,"currency":"EUR"}'
 //
-// echo needs no adapter: echo.WrapMiddleware runs idemkey's route
-// middleware, and an echo handler reads the request idemkey passes on
-// (c.Request(), whose context carries the key and, with DATABASE_URL, the
-// request's transaction). One rule: an echo handler that returns an error
-// has written nothing yet, and echo writes the error after the middleware
-// has returned, too late to be kept (idemkey would keep an empty 200). So
-// each covered route has WriteErrors inside the idempotency layer: it
-// answers the error there, and the answer is kept or released by its
-// status like any other.
+// idemecho.Middleware is echo middleware: an echo handler reads the
+// request idemkey passes on (c.Request(), whose context carries the key
+// and, with DATABASE_URL, the request's transaction), and an error it
+// returns is answered by echo's error handler inside the idempotency
+// layer, so that the answer the client gets is the one kept (a 4xx) or
+// released (a 5xx). Events and metrics name the route by echo's path
+// ("/payments/:id").
 package main
 
 import (
@@ -23,39 +21,13 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/idemkey/idemkey/examples/internal/payments"
+	"github.com/idemkey/idemkey/idemecho"
 	idem "github.com/idemkey/idemkey/middleware" // the name the README and chi-app use
 	"github.com/idemkey/idemkey/openapi"
 )
 
 func main() {
 	payments.Main(routes)
-}
-
-// WriteErrors answers an error the handler returns with echo's error
-// handler, inside the middleware that wraps it: put it after
-// echo.WrapMiddleware in a route's middleware list.
-func WriteErrors(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if err := next(c); err != nil {
-			c.Error(err)
-		}
-		return nil
-	}
-}
-
-// RoutePattern sets the request's Pattern to echo's route ("/payments/:id",
-// c.Path()) when nothing set one, so that idemkey's events and metrics name
-// the route as they do under ServeMux and chi: put it before
-// echo.WrapMiddleware.
-func RoutePattern(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if r := c.Request(); r.Pattern == "" {
-			r = r.WithContext(r.Context()) // a copy: the request is not ours to change
-			r.Pattern = c.Path()
-			c.SetRequest(r)
-		}
-		return next(c)
-	}
 }
 
 // route is one route of the API: its method and path in http.ServeMux's
@@ -95,7 +67,7 @@ func routes(s *payments.Service) http.Handler {
 		ep := openapi.Endpoint{Method: rt.method, Pattern: rt.pattern}
 		var m []echo.MiddlewareFunc
 		if rt.idem != nil {
-			m = []echo.MiddlewareFunc{RoutePattern, echo.WrapMiddleware(rt.idem), WriteErrors}
+			m = []echo.MiddlewareFunc{idemecho.Middleware(rt.idem)}
 			ep.Middlewares = []func(http.Handler) http.Handler{rt.idem}
 		}
 		e.Add(rt.method, rt.echoPath, rt.handler, m...)

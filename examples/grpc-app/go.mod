@@ -30,7 +30,6 @@ require (
 replace (
 	github.com/idemkey/idemkey => ../..
 	github.com/idemkey/idemkey/idemgrpc => ../../idemgrpc
-	github.com/idemkey/idemkey/internal/pgtest => ../../internal/pgtest
 	github.com/idemkey/idemkey/store/postgres => ../../store/postgres
 	github.com/idemkey/idemkey/store/redis => ../../store/redis
 )

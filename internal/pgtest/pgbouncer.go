@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/idemkey/idemkey/internal/proctest"
 )
 
 // ErrPgBouncerNotInstalled reports that the pgbouncer binary was not found.
@@ -209,6 +209,10 @@ func versionAtLeast(v string, major, minor int) bool {
 	return ma > major || ma == major && mi >= minor
 }
 
+// AtLeast reports whether this PgBouncer's version is major.minor or later
+// (false when its version could not be read).
+func (b *PgBouncer) AtLeast(major, minor int) bool { return versionAtLeast(b.Version, major, minor) }
+
 // StartPgBouncer starts a PgBouncer in front of serverURL's database (a
 // postgres:// URL) for the test, on a free loopback port, and returns it
 // once it passes a query through to the server; it is stopped (SIGTERM,
@@ -310,7 +314,7 @@ func connValue(name, v string) error {
 // writeConfig writes pgbouncer.ini and userlist.txt into b.Dir for a
 // PgBouncer on port in front of serverURL's database, and sets b.URL.
 func (b *PgBouncer) writeConfig(serverURL string, port int) error {
-	sc, err := pgx.ParseConfig(serverURL)
+	sc, err := parseURL(serverURL)
 	if err != nil {
 		return fmt.Errorf("%w: server URL: %v", errPgBouncerConfig, err)
 	}
@@ -408,52 +412,32 @@ func (b *PgBouncer) run(serverURL string, port int) error {
 	// root), directly rather than through runuser or su: the PID is
 	// pgbouncer's own, and it dies with the test binary.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred}
-	setParentDeath(cmd)
-	if err := cmd.Start(); err != nil {
+	pr, err := b.launch(cmd)
+	if err != nil {
 		return err
 	}
-	done := b.watch(cmd)
-	deadline := time.Now().Add(startTimeout)
-	for {
-		select {
-		case <-done:
-			err := fmt.Errorf("pgtest: pgbouncer on port %d exited at start (%v):\n%s", port, cmd.ProcessState, b.LogTail())
-			if strings.Contains(b.Log(), "Address already in use") {
-				err = fmt.Errorf("%w: %w", errPortTaken, err)
-			}
-			return err
-		default:
+	err = proctest.WaitReady(pr, startTimeout, 0, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return b.ping(ctx)
+	})
+	switch {
+	case errors.Is(err, proctest.ErrExited):
+		err := fmt.Errorf("pgtest: pgbouncer on port %d exited at start (%v):\n%s", port, pr.Err(), b.LogTail())
+		if strings.Contains(b.Log(), "Address already in use") {
+			err = fmt.Errorf("%w: %w", errPortTaken, err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := b.ping(ctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			b.Kill()
-			return fmt.Errorf("pgtest: pgbouncer on port %d did not pass a query within %v: %v\n%s", port, startTimeout, err, b.LogTail())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err
+	case err != nil:
+		b.Kill()
+		return fmt.Errorf("pgtest: pgbouncer on port %d did not pass a query: %v\n%s", port, err, b.LogTail())
 	}
+	return nil
 }
 
 // ping runs SELECT 1 through PgBouncer with the simple protocol, which
 // leaves no statement behind on the server connection.
-func (b *PgBouncer) ping(ctx context.Context) error {
-	cfg, err := pgx.ParseConfig(b.URL)
-	if err != nil {
-		return err
-	}
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	c, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer c.Close(context.Background())
-	var one int
-	return c.QueryRow(ctx, "SELECT 1").Scan(&one)
-}
+func (b *PgBouncer) ping(ctx context.Context) error { return ping(ctx, b.URL) }
 
 // Kill ends pgbouncer with SIGKILL and waits until it has exited and been
 // reaped: every client connection and every server connection it held is

@@ -19,6 +19,13 @@
 // environment variable CI is set non-empty they fail it instead, so a
 // continuous-integration run cannot pass by skipping.
 //
+// The package is part of the root module and uses only the standard
+// library (it signs in and runs SELECT 1 over the wire protocol itself), so
+// that the modules whose tests use it (store/postgres, idemctl, the
+// examples) add nothing to their users' module graphs. Its own tests drive
+// the servers with pgx, in the module internal/pgtest/test, which nothing
+// imports.
+//
 // Typical use:
 //
 //	url := pgtest.Shared(t)             // the shared server, for tests that need no faults
@@ -45,7 +52,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/idemkey/idemkey/internal/proctest"
 )
 
 // ErrNotInstalled reports that the PostgreSQL server binaries were not
@@ -96,8 +103,8 @@ func Require(t testing.TB) string {
 // empty, a failure otherwise.
 func Unavailable(t testing.TB, err error) {
 	t.Helper()
-	if (errors.Is(err, ErrNotInstalled) || errors.Is(err, ErrNoServer)) && os.Getenv("CI") == "" {
-		t.Skip(err)
+	if errors.Is(err, ErrNotInstalled) || errors.Is(err, ErrNoServer) {
+		proctest.Unavailable(t, "%v", err)
 	}
 	t.Fatal(err)
 }
@@ -321,30 +328,23 @@ func (s *Server) run(port int) error {
 	cmd.Dir = s.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	s.credentials(cmd)
-	setParentDeath(cmd)
-	if err := cmd.Start(); err != nil {
+	pr, err := s.launch(cmd)
+	if err != nil {
 		return err
 	}
-	done := s.watch(cmd)
-	deadline := time.Now().Add(startTimeout)
-	for {
-		select {
-		case <-done:
-			return fmt.Errorf("pgtest: postgres on port %d exited at start:\n%s", port, s.LogTail())
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := ping(ctx, s.URL)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			s.Kill()
-			return fmt.Errorf("pgtest: postgres on port %d did not accept connections within %v: %v\n%s", port, startTimeout, err, s.LogTail())
-		}
-		time.Sleep(20 * time.Millisecond)
+	err = proctest.WaitReady(pr, startTimeout, 0, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return ping(ctx, s.URL)
+	})
+	switch {
+	case errors.Is(err, proctest.ErrExited):
+		return fmt.Errorf("pgtest: postgres on port %d exited at start:\n%s", port, s.LogTail())
+	case err != nil:
+		s.Kill()
+		return fmt.Errorf("pgtest: postgres on port %d did not accept connections: %v\n%s", port, err, s.LogTail())
 	}
+	return nil
 }
 
 // Kill ends the postmaster and every backend with SIGKILL, as a crash of
@@ -463,20 +463,9 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// ping connects to url and runs SELECT 1.
-func ping(ctx context.Context, url string) error {
-	c, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer c.Close(context.Background())
-	var one int
-	return c.QueryRow(ctx, "SELECT 1").Scan(&one)
-}
-
 // redact returns url without its password, for messages.
 func redact(url string) string {
-	cfg, err := pgx.ParseConfig(url)
+	cfg, err := parseURL(url)
 	if err != nil {
 		return "(an unparsable URL)"
 	}

@@ -3,31 +3,35 @@ package pgtest
 import (
 	"os/exec"
 	"sync"
+
+	"github.com/idemkey/idemkey/internal/proctest"
 )
 
-// proc is a process a harness (Server, PgBouncer) started: its command,
-// and a channel closed once it has exited and been reaped. Until then its
-// PID is still its own, so signals sent to it reach it and no other.
+// proc is a process a harness (Server, PgBouncer) started, through
+// proctest (the parent-death signal, the reaping): its command, and a
+// channel closed once it has exited and been reaped. Until then its PID is
+// still its own, so signals sent to it reach it and no other.
 type proc struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	done <-chan struct{} // closed when cmd has exited
 }
 
-// watch records cmd, just started, and reaps it when it exits. It returns
-// the channel closed then.
-func (p *proc) watch(cmd *exec.Cmd) chan struct{} {
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
+// launch starts cmd with proctest.Start and records it.
+func (p *proc) launch(cmd *exec.Cmd) (*proctest.Proc, error) {
+	pr, err := proctest.Start(cmd)
+	if err != nil {
+		return nil, err
+	}
 	p.mu.Lock()
-	p.cmd, p.done = cmd, done
+	p.cmd, p.done = cmd, pr.Done()
 	p.mu.Unlock()
-	return done
+	return pr, nil
 }
 
 // current returns the command and its channel as they stand (nil before
 // the first start).
-func (p *proc) current() (*exec.Cmd, chan struct{}) {
+func (p *proc) current() (*exec.Cmd, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.cmd, p.done

@@ -24,6 +24,7 @@ package redistest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemkey/idemkey/internal/proctest"
 )
 
 // ErrNotInstalled reports that no redis-server binary is on PATH.
@@ -97,8 +100,8 @@ func Require(t testing.TB) string {
 // Use it for a server started outside any test, in TestMain.
 func Unavailable(t testing.TB, err error) {
 	t.Helper()
-	if errors.Is(err, ErrNotInstalled) && os.Getenv("CI") == "" {
-		t.Skip(err)
+	if errors.Is(err, ErrNotInstalled) {
+		proctest.Unavailable(t, "%v", err)
 	}
 	t.Fatal(err)
 }
@@ -126,8 +129,8 @@ type Server struct {
 	ownDir   bool     // Dir was made by start and is removed by Close
 	mu       sync.Mutex
 	cmd      *exec.Cmd
-	done     chan struct{} // closed when cmd has exited
-	stopped  bool          // frozen with SIGSTOP
+	done     <-chan struct{} // closed when cmd has exited
+	stopped  bool            // frozen with SIGSTOP
 }
 
 // start runs bin on a free port (or on port, when non-zero) in dir (or in a
@@ -190,31 +193,22 @@ func (s *Server) run(port int) error {
 	}
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.Dir
-	setParentDeath(cmd)
-	if err := cmd.Start(); err != nil {
+	pr, err := proctest.Start(cmd) // with the parent-death signal
+	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
 	s.mu.Lock()
-	s.cmd, s.done, s.stopped = cmd, done, false
+	s.cmd, s.done, s.stopped = cmd, pr.Done(), false
 	s.mu.Unlock()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		select {
-		case <-done:
-			return fmt.Errorf("redistest: redis-server on port %d exited at start:\n%s", port, s.LogTail())
-		default:
-		}
-		if ping(s.Addr) == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			s.Kill()
-			return fmt.Errorf("redistest: redis-server on port %d did not answer PING within %v:\n%s", port, startTimeout, s.LogTail())
-		}
-		time.Sleep(20 * time.Millisecond)
+	err = proctest.WaitReady(pr, startTimeout, 0, func(context.Context) error { return ping(s.Addr) })
+	switch {
+	case errors.Is(err, proctest.ErrExited):
+		return fmt.Errorf("redistest: redis-server on port %d exited at start:\n%s", port, s.LogTail())
+	case err != nil:
+		s.Kill()
+		return fmt.Errorf("redistest: redis-server on port %d did not answer PING: %v\n%s", port, err, s.LogTail())
 	}
+	return nil
 }
 
 // PID returns the process id of the running server, or 0 after it exited.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkey/idemkey/internal/proctest"
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/mysql"
 )
@@ -27,7 +28,7 @@ type mariadb struct {
 	bin  string
 	dir  string
 	port int
-	cmd  *exec.Cmd
+	proc *proctest.Proc
 	url  string
 }
 
@@ -56,10 +57,7 @@ func startMariaDB(t testing.TB) *mariadb {
 	t.Helper()
 	bin, install := findBin("mariadbd"), findBin("mariadb-install-db")
 	if bin == "" || install == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("mariadbd and mariadb-install-db are not installed (CI is set, so this fails rather than skips)")
-		}
-		t.Skip("mariadbd and mariadb-install-db are not installed")
+		proctest.Unavailable(t, "mariadbd and mariadb-install-db are not installed")
 	}
 	dir := t.TempDir()
 	args := []string{"--no-defaults", "--datadir=" + filepath.Join(dir, "data"), "--auth-root-authentication-method=normal", "--skip-test-db"}
@@ -101,10 +99,13 @@ func (m *mariadb) start() {
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")
 	}
-	m.cmd = exec.Command(m.bin, args...)
-	if err := m.cmd.Start(); err != nil {
+	// With the parent-death signal: a test binary that dies without its
+	// cleanups does not leave mariadbd running.
+	proc, err := proctest.Start(exec.Command(m.bin, args...))
+	if err != nil {
 		m.t.Fatal(err)
 	}
+	m.proc = proc
 	dsn, _ := mysql.DSN(fmt.Sprintf("mysql://root@127.0.0.1:%d/", m.port))
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
@@ -129,17 +130,16 @@ func (m *mariadb) start() {
 // kill9 kills the server (SIGKILL) and waits for it to be gone.
 func (m *mariadb) kill9() {
 	m.t.Helper()
-	if err := m.cmd.Process.Kill(); err != nil {
-		m.t.Fatal(err)
+	if m.proc.Exited() {
+		m.t.Fatal("the test's MariaDB is not running")
 	}
-	m.cmd.Wait()
+	m.proc.Kill()
 }
 
 // stop stops the server by its process id, if it runs.
 func (m *mariadb) stop() {
-	if m.cmd != nil && m.cmd.ProcessState == nil {
-		m.cmd.Process.Kill()
-		m.cmd.Wait()
+	if m.proc != nil {
+		m.proc.Kill()
 	}
 }
 
@@ -227,8 +227,8 @@ func TestFaultPoolExhausted(t *testing.T) {
 }
 
 // freeze stops the server (SIGSTOP); thaw resumes it.
-func (m *mariadb) freeze() { m.cmd.Process.Signal(syscall.SIGSTOP) }
-func (m *mariadb) thaw()   { m.cmd.Process.Signal(syscall.SIGCONT) }
+func (m *mariadb) freeze() { m.proc.Signal(syscall.SIGSTOP) }
+func (m *mariadb) thaw()   { m.proc.Signal(syscall.SIGCONT) }
 
 // TestFaultServerFrozen: with the server stopped (SIGSTOP), a commit, a
 // commit of a request without a key and a rollback each fail within the

@@ -3,8 +3,7 @@ module github.com/idemkey/idemkey/store/postgres
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-20261201134112-96e04b4d74af
-	github.com/idemkey/idemkey/internal/pgtest v0.0.0-20261201134112-96e04b4d74af
+	github.com/idemkey/idemkey v0.0.0-20261201222029-e2a2a961fafe
 	github.com/jackc/pgx/v5 v5.12.0
 )
 
@@ -18,7 +17,4 @@ require (
 )
 
 // Until the modules are tagged, build against the ones in this repository.
-replace (
-	github.com/idemkey/idemkey => ../..
-	github.com/idemkey/idemkey/internal/pgtest => ../../internal/pgtest
-)
+replace github.com/idemkey/idemkey => ../..

@@ -20,7 +20,7 @@ import (
 // proxied returns a pool of one connection to the shared server through a
 // proxy that counts round trips, and a tracer on the pool that counts them
 // as pgx makes them.
-func proxied(t *testing.T) (*pgxpool.Pool, *pgtest.Proxy, *pgtest.Trips) {
+func proxied(t *testing.T) (*pgxpool.Pool, *pgtest.Proxy, *trips) {
 	t.Helper()
 	url := sharedURL(t)
 	cfg, err := pgxpool.ParseConfig(url)
@@ -32,7 +32,7 @@ func proxied(t *testing.T) (*pgxpool.Pool, *pgtest.Proxy, *pgtest.Trips) {
 	n, _ := strconv.Atoi(port)
 	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(n)
 	cfg.MaxConns = 1
-	tr := &pgtest.Trips{}
+	tr := &trips{}
 	cfg.ConnConfig.Tracer = tr
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {

@@ -17,11 +17,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 
+	"github.com/idemkey/idemkey/internal/proctest"
 	"github.com/idemkey/idemkey/store/mysql"
 )
 
@@ -74,8 +74,8 @@ type mysqlRun struct {
 	name    string
 	pid     int // the server's process, for its CPU time; 0 when unknown
 	version string
-	own     *exec.Cmd // the server the driver started, when it did
-	dir     string    // its data directory
+	own     *proctest.Proc // the server the driver started, when it did
+	dir     string         // its data directory
 }
 
 // launchMariaDB starts a MariaDB server of the run's own on a free
@@ -116,13 +116,14 @@ func launchMariaDB() (*mysqlRun, error) {
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// With the parent-death signal: a driver that dies does not leave
+	// mariadbd running.
+	proc, err := proctest.Start(exec.Command(bin, args...))
+	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	stop := func() { cmd.Process.Kill(); cmd.Wait(); os.RemoveAll(dir) }
+	stop := func() { proc.Kill(); os.RemoveAll(dir) }
 	server := fmt.Sprintf("mysql://root@127.0.0.1:%d/", port)
 	db, err := openMySQL(server, 1)
 	if err != nil {
@@ -130,24 +131,20 @@ func launchMariaDB() (*mysqlRun, error) {
 		return nil, err
 	}
 	defer db.Close()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := db.PingContext(ctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return nil, fmt.Errorf("the run's MariaDB did not start: %w", err)
-		}
+	if err := proctest.WaitReady(proc, 30*time.Second, 0, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return db.PingContext(ctx)
+	}); err != nil {
+		stop()
+		return nil, fmt.Errorf("the run's MariaDB did not start: %w", err)
 	}
 	m, err := launchMySQL(server)
 	if err != nil {
 		stop()
 		return nil, err
 	}
-	m.own, m.dir, m.pid = cmd, dir, cmd.Process.Pid
+	m.own, m.dir, m.pid = proc, dir, proc.PID()
 	return m, nil
 }
 
@@ -215,8 +212,7 @@ func launchMySQL(server string) (*mysqlRun, error) {
 // started.
 func (m *mysqlRun) Close() {
 	if m.own != nil {
-		m.own.Process.Kill()
-		m.own.Wait()
+		m.own.Kill()
 		os.RemoveAll(m.dir)
 		return
 	}

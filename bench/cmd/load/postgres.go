@@ -107,7 +107,7 @@ func launchPostgres(fsync bool) (*pgtest.Server, error) {
 // driver's largest concurrency (a transactional request holds a connection
 // for its handler's run), with trips counting its round trips (prepares
 // included: the warm-up has made them, so the measured rounds have none).
-func newPgPool(url string, size int, trips *pgtest.Trips) (*pgxpool.Pool, error) {
+func newPgPool(url string, size int, trips *trips) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, err
@@ -321,7 +321,7 @@ type plainStore struct {
 }
 
 // pgHandler builds the handler of PostgreSQL scenario sc around a.
-func pgHandler(sc string, a *app, url string, poolSize int, trips *pgtest.Trips) (http.Handler, func(), error) {
+func pgHandler(sc string, a *app, url string, poolSize int, trips *trips) (http.Handler, func(), error) {
 	if sc == scPgSQL {
 		return pgSQLHandler(a, url, poolSize, trips)
 	}
@@ -472,7 +472,7 @@ func reportSQL(w io.Writer, bareSc, typicalSc string, scs []string, connsList []
 // pgSQLHandler is idemkey-pg-sql's: the store through database/sql, on
 // pgx's driver with the same tracer and as many connections, each dialled
 // before serving.
-func pgSQLHandler(a *app, url string, poolSize int, trips *pgtest.Trips) (http.Handler, func(), error) {
+func pgSQLHandler(a *app, url string, poolSize int, trips *trips) (http.Handler, func(), error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, nil, err

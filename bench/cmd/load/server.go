@@ -21,7 +21,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/idemkey/idemkey/internal/pgtest"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/store/memory"
 	idemredis "github.com/idemkey/idemkey/store/redis"
@@ -158,7 +157,7 @@ func processCPU() int64 {
 func serve(sc, redisAddr, pgURL string, poolSize, cacheSize int, profile string) error {
 	a := &app{}
 	counter := &commandCounter{n: map[string]int64{}}
-	trips := &pgtest.Trips{}
+	trips := &trips{}
 	var h http.Handler
 	var closeFn func()
 	var err error

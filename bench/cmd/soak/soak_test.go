@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idemkey/idemkey/internal/proctest"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -78,10 +78,7 @@ func TestSoakMemoryLocalCache(t *testing.T) {
 
 func TestSoakRedis(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "" {
-			t.Skip("redis-server not on PATH")
-		}
-		t.Fatal("redis-server not on PATH")
+		proctest.Unavailable(t, "redis-server not on PATH")
 	}
 	res := shortSoak(t, config{store: "redis"})
 	if !res.ok() {

@@ -1,9 +1,10 @@
-package pgtest
+package test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkey/idemkey/internal/pgtest"
 	"math/rand/v2"
 	"os"
 	"regexp"
@@ -56,9 +57,9 @@ func advisoryHeld(ctx context.Context, c *pgx.Conn, k1, k2 int32, pid int) (int,
 }
 
 func TestPgBouncer(t *testing.T) {
-	shared := Shared(t)
-	b := StartPgBouncer(t, shared)
-	if v, err := PgBouncerVersion(); err != nil || v != b.Version {
+	shared := pgtest.Shared(t)
+	b := pgtest.StartPgBouncer(t, shared)
+	if v, err := pgtest.PgBouncerVersion(); err != nil || v != b.Version {
 		t.Fatalf("version %q, %v; the PgBouncer says %q", v, err, b.Version)
 	}
 	t.Logf("PgBouncer %s at %s, pid %d", b.Version, b.URL, b.PID())
@@ -105,12 +106,12 @@ func TestPgBouncer(t *testing.T) {
 // Close stops PgBouncer with SIGTERM, waits until the process is gone and
 // removes its directory.
 func TestPgBouncerClose(t *testing.T) {
-	shared := Shared(t)
-	if _, err := PgBouncerBin(); err != nil {
-		Unavailable(t, err)
+	shared := pgtest.Shared(t)
+	if _, err := pgtest.PgBouncerBin(); err != nil {
+		pgtest.Unavailable(t, err)
 	}
-	b, err := LaunchPgBouncer(shared, PoolMode("session"), PoolSize(2), MaxClientConn(5),
-		PgBouncerSetting("application_name_add_host", "1"))
+	b, err := pgtest.LaunchPgBouncer(shared, pgtest.PoolMode("session"), pgtest.PoolSize(2), pgtest.MaxClientConn(5),
+		pgtest.PgBouncerSetting("application_name_add_host", "1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,12 +131,12 @@ func TestPgBouncerClose(t *testing.T) {
 	}
 	b.Close()
 
-	if _, err := LaunchPgBouncer(shared, PoolMode("sometimes")); err == nil {
+	if _, err := pgtest.LaunchPgBouncer(shared, pgtest.PoolMode("sometimes")); err == nil {
 		t.Error("started with pool mode \"sometimes\"")
 	}
-	_, err = LaunchPgBouncer(shared, PreparedStatements(10))
-	if !versionAtLeast(b.Version, 1, 21) {
-		if !errors.Is(err, ErrNoPreparedStatements) {
+	_, err = pgtest.LaunchPgBouncer(shared, pgtest.PreparedStatements(10))
+	if !b.AtLeast(1, 21) {
+		if !errors.Is(err, pgtest.ErrNoPreparedStatements) {
 			t.Errorf("PgBouncer %s with max_prepared_statements: %v, want ErrNoPreparedStatements", b.Version, err)
 		}
 	} else if err != nil {
@@ -143,32 +144,10 @@ func TestPgBouncerClose(t *testing.T) {
 	}
 }
 
-func TestVersionAtLeast(t *testing.T) {
-	for _, tc := range []struct {
-		v            string
-		major, minor int
-		want         bool
-	}{
-		{"1.18.0", 1, 21, false},
-		{"1.21.0", 1, 21, true},
-		{"1.24", 1, 21, true},
-		{"2.0.1", 1, 21, true},
-		{"1.9.0", 1, 21, false},
-		{"x", 1, 0, false},
-	} {
-		if got := versionAtLeast(tc.v, tc.major, tc.minor); got != tc.want {
-			t.Errorf("versionAtLeast(%q, %d, %d) = %v", tc.v, tc.major, tc.minor, got)
-		}
-	}
-	if !errors.Is(ErrPgBouncerNotInstalled, ErrNotInstalled) {
-		t.Error("ErrPgBouncerNotInstalled does not match ErrNotInstalled: Unavailable would fail instead of skipping")
-	}
-}
-
 // In transaction mode two clients take turns on one server connection: the
 // same backend answers both.
 func TestPgBouncerMultiplexes(t *testing.T) {
-	b := StartPgBouncer(t, Shared(t), PoolSize(1))
+	b := pgtest.StartPgBouncer(t, pgtest.Shared(t), pgtest.PoolSize(1))
 	a := connectMode(t, b.URL, "exec")
 	c := connectMode(t, b.URL, "exec")
 	pa, pc := backendPID(t, a), backendPID(t, c)
@@ -186,8 +165,8 @@ func TestPgBouncerMultiplexes(t *testing.T) {
 // connection holds it without having asked. This is why the store takes
 // transaction-level locks only.
 func TestPgBouncerLeaksSessionLock(t *testing.T) {
-	shared := Shared(t)
-	b := StartPgBouncer(t, shared, PoolSize(1))
+	shared := pgtest.Shared(t)
+	b := pgtest.StartPgBouncer(t, shared, pgtest.PoolSize(1))
 	ctx := context.Background()
 	k1 := lockKey()
 	a := connectMode(t, b.URL, "exec")
@@ -221,10 +200,10 @@ func TestPgBouncerLeaksSessionLock(t *testing.T) {
 // moment later, which the store relies on for a quick takeover through
 // the pooler.
 func TestPgBouncerDisconnectFreesXactLock(t *testing.T) {
-	shared := Shared(t)
+	shared := pgtest.Shared(t)
 	for _, how := range []string{"close", "abrupt"} {
 		t.Run(how, func(t *testing.T) {
-			b := StartPgBouncer(t, shared, PoolSize(1))
+			b := pgtest.StartPgBouncer(t, shared, pgtest.PoolSize(1))
 			ctx := context.Background()
 			k1 := lockKey()
 			d := connectMode(t, shared, "exec")
@@ -278,7 +257,7 @@ type execModeResult struct {
 
 // runExecMode runs interleaved parameterised queries from two client pools
 // through b in mode: first in turns, then concurrently.
-func runExecMode(t *testing.T, b *PgBouncer, mode string) execModeResult {
+func runExecMode(t *testing.T, b *pgtest.PgBouncer, mode string) execModeResult {
 	ctx := context.Background()
 	var pools [2]*pgxpool.Pool
 	for i := range pools {
@@ -370,12 +349,12 @@ func runExecMode(t *testing.T, b *PgBouncer, mode string) execModeResult {
 // connection. The modes that work are asserted to keep working; the others
 // are logged.
 func TestPgBouncerExecModes(t *testing.T) {
-	shared := Shared(t)
+	shared := pgtest.Shared(t)
 	working := map[string]bool{"cache_describe": true, "exec": true, "simple_protocol": true}
 	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
 		t.Run(mode, func(t *testing.T) {
 			// A PgBouncer of its own: no mode finds another's statements.
-			b := StartPgBouncer(t, shared, PoolSize(1))
+			b := pgtest.StartPgBouncer(t, shared, pgtest.PoolSize(1))
 			r := runExecMode(t, b, mode)
 			if r.failed == 0 {
 				t.Logf("%-16s works: %d queries", mode, r.queries)
@@ -393,11 +372,11 @@ func TestPgBouncerExecModes(t *testing.T) {
 // A PgBouncer that exits at start is reported with its log, once (a bad
 // setting is not worth another port), and leaves nothing behind.
 func TestPgBouncerStartFailure(t *testing.T) {
-	shared := Shared(t)
-	if _, err := PgBouncerBin(); err != nil {
-		Unavailable(t, err)
+	shared := pgtest.Shared(t)
+	if _, err := pgtest.PgBouncerBin(); err != nil {
+		pgtest.Unavailable(t, err)
 	}
-	b, err := LaunchPgBouncer(shared, PgBouncerSetting("max_client_conn", "many"))
+	b, err := pgtest.LaunchPgBouncer(shared, pgtest.PgBouncerSetting("max_client_conn", "many"))
 	if err == nil {
 		b.Close()
 		t.Fatal("started with max_client_conn = many")
@@ -420,8 +399,8 @@ func TestPgBouncerStartFailure(t *testing.T) {
 // PgBouncer holds its clients' queries while it cannot reach the server
 // (up to query_wait_timeout), and serves again once the server is back.
 func TestPgBouncerServerRestart(t *testing.T) {
-	srv := Start(t)
-	b := StartPgBouncer(t, srv.URL)
+	srv := pgtest.Start(t)
+	b := pgtest.StartPgBouncer(t, srv.URL)
 	c := connectMode(t, b.URL, "exec")
 	backendPID(t, c)
 	srv.Kill()

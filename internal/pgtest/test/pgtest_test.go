@@ -1,9 +1,10 @@
-package pgtest
+package test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkey/idemkey/internal/pgtest"
 	"net"
 	"strconv"
 	"testing"
@@ -13,7 +14,7 @@ import (
 )
 
 func TestServer(t *testing.T) {
-	s := Start(t, "max_connections=37")
+	s := pgtest.Start(t, "max_connections=37")
 	ctx := context.Background()
 	c, err := pgx.Connect(ctx, s.URL)
 	if err != nil {
@@ -83,12 +84,12 @@ func TestServer(t *testing.T) {
 }
 
 func TestProxy(t *testing.T) {
-	url := Shared(t)
+	url := pgtest.Shared(t)
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := StartProxy(t, cfg.Host+":"+itoa(int(cfg.Port)))
+	p := pgtest.StartProxy(t, cfg.Host+":"+itoa(int(cfg.Port)))
 	cfg.Host, cfg.Port = "127.0.0.1", uint16(portOf(t, p.Addr))
 	ctx := context.Background()
 	c, err := pgx.ConnectConfig(ctx, cfg)

@@ -1,0 +1,25 @@
+module github.com/idemkey/idemkey/idemecho
+
+go 1.26.0
+
+require (
+	github.com/idemkey/idemkey v0.0.0-20261201222029-e2a2a961fafe
+	github.com/labstack/echo/v4 v4.16.0
+)
+
+require (
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/labstack/gommon v0.5.0 // indirect
+	github.com/mattn/go-colorable v0.1.15 // indirect
+	github.com/mattn/go-isatty v0.0.22 // indirect
+	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	github.com/valyala/fasttemplate v1.2.2 // indirect
+	golang.org/x/crypto v0.53.0 // indirect
+	golang.org/x/net v0.56.0 // indirect
+	golang.org/x/sys v0.46.0 // indirect
+	golang.org/x/text v0.40.0 // indirect
+	golang.org/x/time v0.15.0 // indirect
+)
+
+// Until the root is tagged, build against the root in this repository.
+replace github.com/idemkey/idemkey => ../
