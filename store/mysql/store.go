@@ -640,11 +640,16 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 // until it changes one row, which is success. When it changes none (or
 // another transaction holds the row) settle reads the row's state and
 // says whether to ask again after a pause, or what the call answers. A
-// lost connection asks again; any other failure wraps
-// store.ErrUnavailable, naming op. ctx bounds it all.
+// row held a moment by another transaction (a claim that met it, or the
+// sweeper, whose scan of the expires_us index locks the live row where its
+// range ends) is asked for again until ctx ends, not a fixed number of
+// times: a Release that gave up would leave the key held for the rest of
+// its claim's life. A lost connection asks again, at most maxAttempts
+// times; any other failure wraps store.ErrUnavailable, naming op. ctx
+// bounds it all.
 func (s *Store) owned(ctx context.Context, op, stmt string, args []any, key, token string, settle func(rowState) (again bool, err error)) error {
 	var lastErr error
-	for range maxAttempts {
+	for lost := 0; lost < maxAttempts; {
 		n, err := s.exec(ctx, stmt, args...)
 		if isNumber(err, errLockWaitTimeout) {
 			// Another transaction holds the row: see what it was.
@@ -660,6 +665,7 @@ func (s *Store) owned(ctx context.Context, op, stmt string, args []any, key, tok
 		if err != nil {
 			if connLost(ctx, err) {
 				lastErr = err
+				lost++
 				continue
 			}
 			return unavailable(op, err)
@@ -669,6 +675,9 @@ func (s *Store) owned(ctx context.Context, op, stmt string, args []any, key, tok
 			return err
 		}
 		pause(ctx)
+		if err := ctx.Err(); err != nil {
+			return unavailable(op, fmt.Errorf("the key's row stayed held by another transaction until the call's budget ended: %w", err))
+		}
 	}
 	return unavailable(op, gaveUp(lastErr))
 }
