@@ -167,6 +167,17 @@
 // the handler's own reads lock what they read; a commit that fails answers
 // 503 and the retry runs again.
 //
+// The claim's first read runs before any lock, outside the request's
+// transaction, at the session's level (the server's default, or one the
+// DSN sets), not at WithTxOptions'. At READ UNCOMMITTED that read can see
+// a record whose COMMIT has not landed, and may never land: a completed
+// record is trusted only once committed, so at that level a live row is
+// read again with a locking read that does not wait (LOCK IN SHARE MODE
+// NOWAIT on MariaDB, FOR SHARE NOWAIT on MySQL), which sees the row as
+// its last commit left it; a row a transaction still holds is answered in
+// flight. That costs replays and 409s one more round trip at READ
+// UNCOMMITTED only.
+//
 // # Galera and Group Replication
 //
 // Named locks are local to one server. On a Galera cluster (MariaDB Galera

@@ -99,6 +99,9 @@ const (
 	heldOther  = 2 // the key's lock is held, for another request
 	heldSame   = 3 // the fingerprint's lock is held: this request is in flight
 	heldByThis = 4 // this connection holds a lock already (never expected)
+	// changed: at READ UNCOMMITTED, the row read was not the committed
+	// one, which is gone or lapsed: read again (readClaim).
+	changed = 5
 )
 
 // claim reads the key's row and, when it is not live, tries the claim's
@@ -117,18 +120,51 @@ const (
 //
 // Columns: token, fingerprint, created_us, remaining life (µs), status,
 // header, body, body_omitted, completed_us (of the live row, else NULL),
-// the kind of answer, whether a row (live or not) is there, and the
-// connection's id.
+// the kind of answer, whether a row (live or not) is there, the
+// connection's id, and the session's isolation level (at READ
+// UNCOMMITTED the row read may not be committed: see committed).
 func (q statements) claim(key, kl, fl string) string {
 	kq, fq := "'"+kl+"'", "'"+fl+"'"
-	return "SELECT r.token, r.fingerprint, r.created_us, r.expires_us - IF(r.status IS NULL, GREATEST(n.now_us, r.created_us), n.now_us), r.status, r.header, r.body, r.body_omitted, r.completed_us,\n" +
+	return "SELECT " + rowColumns + ",\n" +
 		"  CASE WHEN r.expires_us > n.now_us THEN 0\n" +
 		"       WHEN IS_USED_LOCK(" + kq + ") <=> CONNECTION_ID() OR IS_USED_LOCK(" + fq + ") <=> CONNECTION_ID() THEN 4\n" +
 		"       WHEN NOT (GET_LOCK(" + fq + ", 0) <=> 1) THEN 3\n" +
 		"       WHEN NOT (GET_LOCK(" + kq + ", 0) <=> 1) THEN IF(RELEASE_LOCK(" + fq + ") IS NULL, 2, 2)\n" +
 		"       ELSE 1 END,\n" +
-		"  r.k IS NOT NULL, CONNECTION_ID()\n" +
+		"  r.k IS NOT NULL, CONNECTION_ID(), " + q.isolation() + "\n" +
 		"FROM (SELECT " + nowUS + " AS now_us) n LEFT JOIN " + q.t + " r ON r.k = " + strLit(key)
+}
+
+// rowColumns are the columns of the key's row r that the claim reads, at
+// the time n.now_us.
+const rowColumns = "r.token, r.fingerprint, r.created_us, r.expires_us - IF(r.status IS NULL, GREATEST(n.now_us, r.created_us), n.now_us), r.status, r.header, r.body, r.body_omitted, r.completed_us"
+
+// isolation is the session's isolation level, as the server names it
+// ("READ-UNCOMMITTED", ...): MariaDB's variable is tx_isolation (which
+// its later versions keep as an alias), MySQL 8's transaction_isolation.
+func (q statements) isolation() string {
+	if q.mariadb {
+		return "@@tx_isolation"
+	}
+	return "@@transaction_isolation"
+}
+
+// readUncommitted is the level at which a read sees rows other
+// transactions have not committed.
+const readUncommitted = "READ-UNCOMMITTED"
+
+// committed reads the key's row as its last commit left it, with the
+// claim's columns and whether it is live: a locking read, which sees
+// the committed row whatever the session's isolation level, and does not
+// wait (NOWAIT) when a transaction holds the row: it fails with
+// errLockWaitTimeout (MariaDB) or errLockNowait (MySQL).
+func (q statements) committed(key string) string {
+	lock := " FOR SHARE NOWAIT"
+	if q.mariadb {
+		lock = " LOCK IN SHARE MODE NOWAIT"
+	}
+	return "SELECT " + rowColumns + ", r.expires_us > n.now_us FROM (SELECT " + nowUS + " AS now_us) n JOIN " + q.t +
+		" r ON r.k = " + strLit(key) + lock
 }
 
 // insert claims a key that has no row, with a life of lifeUS.

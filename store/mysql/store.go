@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -237,6 +238,7 @@ type claimRow struct {
 	kind               int64
 	present            bool
 	connID             int64
+	isolation          string
 }
 
 // readClaim runs the claim's first statement on conn.
@@ -244,7 +246,29 @@ func (s *Store) readClaim(ctx context.Context, conn *sql.Conn, key string, c sto
 	kl, fl := s.locks(key, c.Fingerprint)
 	var r claimRow
 	err := conn.QueryRowContext(ctx, s.sql.claim(key, kl, fl)).Scan(&r.token, &r.fingerprint, &r.createdUS, &r.leftUS,
-		&r.status, &r.header, &r.body, &r.omitted, &r.completedUS, &r.kind, &r.present, &r.connID)
+		&r.status, &r.header, &r.body, &r.omitted, &r.completedUS, &r.kind, &r.present, &r.connID, &r.isolation)
+	if err != nil || r.kind != gotRow || r.isolation != readUncommitted {
+		return r, err
+	}
+	// The session reads rows no one has committed: a record kept by a
+	// transaction whose COMMIT has not landed (and may never land) is
+	// not to be replayed, nor a claim written in one trusted. The row is
+	// read again as committed; one a transaction holds is in flight.
+	var live bool
+	err = conn.QueryRowContext(ctx, s.sql.committed(key)).Scan(&r.token, &r.fingerprint, &r.createdUS, &r.leftUS,
+		&r.status, &r.header, &r.body, &r.omitted, &r.completedUS, &live)
+	switch {
+	case isNumber(err, errLockWaitTimeout) || isNumber(err, errLockNowait):
+		r.kind = heldOther
+		if bytes.Equal(r.fingerprint, c.Fingerprint[:]) {
+			r.kind = heldSame
+		}
+		return r, nil
+	case errors.Is(err, sql.ErrNoRows) || err == nil && !live:
+		// What was read is gone, or lapsed: read it all again.
+		r.kind = changed
+		return r, nil
+	}
 	return r, err
 }
 
@@ -371,6 +395,9 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 		case heldByThis:
 			s.discard(conn, r.connID)
 			lastErr = errors.New("a pooled connection held a named lock of the store")
+			continue
+		case changed:
+			conn.Close()
 			continue
 		case heldSame, heldOther:
 			if wait := waitFor(ctx); attempt < maxAttempts && wait > 0 {
@@ -533,6 +560,7 @@ const (
 	errNoSuchSavepoint = 1305 // ER_SP_DOES_NOT_EXIST (SAVEPOINT … does not exist)
 	errLockDeadlock    = 1213 // ER_LOCK_DEADLOCK
 	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
+	errLockNowait      = 3572 // ER_LOCK_NOWAIT (MySQL 8: NOWAIT met a lock)
 )
 
 // isNumber reports whether err is the server's error number n.

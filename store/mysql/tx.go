@@ -121,6 +121,9 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 			s.discard(conn, r.connID)
 			lastErr = errors.New("a pooled connection held a named lock of the store")
 			continue
+		case changed:
+			conn.Close()
+			continue
 		case gotBoth:
 			tx, claimed, err := s.begin(ctx, callCtx, conn, r, key, c, life)
 			switch {
