@@ -51,8 +51,12 @@
 // the record if it committed, or runs again if it did not.
 //
 // A *sql.Tx is a concrete type: the handler can call its Commit or
-// Rollback, and DDL (CREATE, ALTER, ...) commits it implicitly. None of
-// these makes a second run or loses a record. When the handler committed,
+// Rollback, and DDL (CREATE, ALTER, ...) and LOCK TABLES commit it
+// implicitly. None of these makes a second run or loses a record. (After
+// LOCK TABLES the store lets go of the tables, UNLOCK TABLES, which
+// commits what the handler wrote under them for a kept answer; a 5xx
+// rolls that back first. Take LOCK TABLES only if you must: it commits
+// what the handler wrote before it, with the claim.) When the handler committed,
 // its claim committed with its writes: a kept answer is still kept (in a
 // statement of its own), and after a 5xx, a panic, or the process dying,
 // the key stays held for 24 hours (repeats get 409; idemctl delete frees

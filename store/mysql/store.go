@@ -561,6 +561,7 @@ const (
 	errLockDeadlock    = 1213 // ER_LOCK_DEADLOCK
 	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
 	errLockNowait      = 3572 // ER_LOCK_NOWAIT (MySQL 8: NOWAIT met a lock)
+	errTableNotLocked  = 1100 // ER_TABLE_NOT_LOCKED (a statement outside the tables LOCK TABLES took)
 )
 
 // isNumber reports whether err is the server's error number n.

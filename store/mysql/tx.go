@@ -45,6 +45,10 @@ const (
 	rollbackChain = "ROLLBACK AND CHAIN"
 )
 
+// unlockTables lets go of the table locks a handler took with LOCK
+// TABLES; when it holds some, it also commits what is open.
+const unlockTables = "UNLOCK TABLES"
+
 // txKey is the context key of a request's transaction.
 type txKey struct{}
 
@@ -66,7 +70,7 @@ type txKey struct{}
 // Rollback takes the claim with it: nothing is kept, the answer is 503,
 // and the transaction refuses the handler's later statements
 // (sql.ErrTxDone). Never run COMMIT, ROLLBACK or SET autocommit as SQL
-// through it; DDL commits implicitly, and counts as a Commit.
+// through it; DDL and LOCK TABLES commit implicitly, and count as a Commit.
 func Tx(ctx context.Context) *sql.Tx {
 	tx, _ := ctx.Value(txKey{}).(*sql.Tx)
 	return tx
@@ -414,6 +418,17 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 		switch {
 		case errors.Is(err, sql.ErrTxDone):
 			return t.commitOutside(ctx, rec, header, ret)
+		case isNumber(err, errTableNotLocked):
+			// The handler took LOCK TABLES, which committed the
+			// transaction up to it, the claim with it, as DDL does: it
+			// counts as the handler's own commit. UNLOCK TABLES commits
+			// what it wrote since, and the record is kept on its own.
+			if _, err := t.tx.ExecContext(ctx, unlockTables); err != nil {
+				t.drop()
+				return unavailable("commit", err)
+			}
+			t.tx.Rollback()
+			return t.commitOutside(ctx, rec, header, ret)
 		case err != nil:
 			// Nothing committed (or the connection is gone, and the
 			// transaction with it).
@@ -453,6 +468,12 @@ func (t *requestTx) commitOutside(ctx context.Context, rec *store.Record, header
 	if t.key == "" {
 		t.giveBack(nil)
 		return nil
+	}
+	// Tables the handler locked (LOCK TABLES) would refuse the record's
+	// table; what it wrote since is rolled back or committed by now.
+	if _, err := t.conn.ExecContext(ctx, unlockTables); err != nil {
+		t.s.discard(t.conn, t.connID)
+		return unavailable("commit", err)
 	}
 	stmt, args := t.s.sql.keep(t.key, t.token, rec, header, ret, -1)
 	res, err := t.conn.ExecContext(ctx, stmt, args...)
@@ -526,7 +547,16 @@ func (t *requestTx) Rollback(ctx context.Context) error {
 	}
 	var held bool
 	var released sql.NullInt64
-	if err := t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.token)).Scan(&held, &released); err != nil {
+	err := t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.token)).Scan(&held, &released)
+	if isNumber(err, errTableNotLocked) {
+		// The handler took LOCK TABLES, which committed the transaction
+		// up to it, the claim with it (as DDL does); what it wrote since
+		// is rolled back. The tables are let go of, and the claim read.
+		if _, err = t.tx.ExecContext(ctx, unlockTables); err == nil {
+			err = t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.token)).Scan(&held, &released)
+		}
+	}
+	if err != nil {
 		t.drop()
 		return unavailable("rollback", err)
 	}
