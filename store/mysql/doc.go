@@ -207,10 +207,20 @@
 // That the *sql.DB may open two connections at once (the check of the
 // named locks and every watchdog's KILL need one beside the request's),
 // that the table exists with the schema's columns (else an error that says
-// to run Migrate or apply SchemaSQL), that named locks are real and shared
+// to run Migrate or apply SchemaSQL), that it takes writes (a read-only
+// server or session, read_only, super_read_only, transaction_read_only or
+// tx_read_only, innodb_read_only, is refused with ErrReadOnly, where every
+// request would answer 503), that named locks are real and shared
 // (ErrLocksNotReal), and that the server is not a Galera node (ErrGalera).
-// New also warns, through log/slog's default logger, when the pool is
-// limited to fewer than 10 connections.
+// The errors name the server (as it names itself, @@hostname and @@port)
+// and the database. New also warns, through log/slog's default logger,
+// when the pool is limited to fewer than 10 connections.
+//
+// New and Migrate are bounded by their context; when it has no deadline,
+// by DefaultStartTimeout (10 s): a server that accepts the connection and
+// never answers fails start-up with an error that says so, rather than
+// hang it. (A *sql.DB does not say where it connects, so that error can
+// name the server only as the DSN's address.)
 //
 // # Time budgets and errors
 //

@@ -22,6 +22,10 @@ const (
 	// DefaultSweepInterval is how often a Store deletes expired rows when
 	// WithSweepInterval is not given.
 	DefaultSweepInterval = time.Minute
+	// DefaultStartTimeout bounds New and Migrate when their context has
+	// no deadline: a server that accepts the connection and never
+	// answers fails start-up after it, rather than hang it.
+	DefaultStartTimeout = 10 * time.Second
 	// DefaultSweepBatch is how many expired rows one sweeping transaction
 	// deletes at most when WithSweepBatch is not given.
 	DefaultSweepBatch = 1000

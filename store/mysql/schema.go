@@ -9,6 +9,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -51,7 +53,8 @@ func schemaFor(schema, table string) string {
 // WithTable matters; the others are accepted so that the same list can be
 // passed to New. Services with a migration tool apply SchemaSQL (or what
 // Schema returns) as a migration instead; see the package documentation.
-// (CREATE TABLE commits implicitly: run it outside a transaction.)
+// (CREATE TABLE commits implicitly: run it outside a transaction.) When
+// ctx has no deadline, Migrate is bounded by DefaultStartTimeout (10 s).
 func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if db == nil {
 		return errors.New("idemkey: mysql: nil *sql.DB")
@@ -60,10 +63,88 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := startContext(ctx)
+	defer cancel()
+	srv, err := reach(ctx, db)
+	if err != nil {
+		return err
+	}
 	if _, err := db.ExecContext(ctx, schemaFor(cfg.schema, cfg.table)); err != nil {
-		return fmt.Errorf("idemkey: mysql: creating table %s: %w", newStatements(cfg.schema, cfg.table).t, err)
+		return srv.wrap(ctx, fmt.Errorf("idemkey: mysql: creating table %s: %w", newStatements(cfg.schema, cfg.table).t, err))
 	}
 	return nil
+}
+
+// startContext is ctx bounded by DefaultStartTimeout when it has no
+// deadline of its own: a server that accepts the connection and never
+// answers must not hang a service's start-up.
+func startContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, DefaultStartTimeout)
+}
+
+// server is what start-up learns of the server first, for its checks and
+// its messages.
+type server struct {
+	address  string // "host:port" as the server names itself
+	database string // the connection's, "" when it has none
+	version  string
+}
+
+// reach asks the server who it is, within ctx. The *sql.DB does not say
+// where it connects, so a server that never answers is named by what ctx
+// allowed; one that answers names itself in every later error (wrap).
+func reach(ctx context.Context, db *sql.DB) (server, error) {
+	var srv server
+	var database sql.NullString
+	var host string
+	var port int64
+	err := db.QueryRowContext(ctx, "SELECT DATABASE(), VERSION(), @@hostname, @@port").Scan(&database, &srv.version, &host, &port)
+	if err != nil {
+		if ctx.Err() != nil {
+			return srv, fmt.Errorf("idemkey: mysql: the server (the DSN's address) did not answer within the start-up budget (the context's deadline, or DefaultStartTimeout, %v, when it has none): %w", DefaultStartTimeout, err)
+		}
+		return srv, fmt.Errorf("idemkey: mysql: reaching the server (the DSN's address): %w", err)
+	}
+	srv.address = net.JoinHostPort(host, strconv.FormatInt(port, 10))
+	srv.database = database.String
+	return srv, nil
+}
+
+// wrap names the server and its database in err, and says when the
+// start-up budget ran out.
+func (srv server) wrap(ctx context.Context, err error) error {
+	where := srv.address
+	if srv.database != "" {
+		where += ", database " + srv.database
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (server %s; the start-up budget ran out: the context's deadline, or DefaultStartTimeout, %v)", err, where, DefaultStartTimeout)
+	}
+	return fmt.Errorf("%w (server %s)", err, where)
+}
+
+// ErrReadOnly is what New returns for a server, or a session, that takes
+// no writes (read_only or super_read_only for the store's user,
+// transaction_read_only / tx_read_only, innodb_read_only): every request
+// would answer 503 without running.
+var ErrReadOnly = errors.New("idemkey: mysql: the server takes no writes from this connection (read_only, super_read_only, transaction_read_only or tx_read_only, innodb_read_only): the store keeps its records there; point the DSN at the primary, or turn the setting off")
+
+// checkWrites fails with ErrReadOnly when a write to the table is refused
+// because the server or session is read-only: it sends an UPDATE that
+// matches no row (no key is empty), which the server refuses before it
+// looks for rows.
+func checkWrites(ctx context.Context, db *sql.DB, q statements) error {
+	_, err := db.ExecContext(ctx, "UPDATE "+q.t+" SET k = k WHERE k = X''")
+	switch {
+	case err == nil:
+		return nil
+	case isNumber(err, errReadOnlyOption) || isNumber(err, errReadOnlyTx) || isNumber(err, errReadOnlyInnoDB):
+		return fmt.Errorf("%w: %w", ErrReadOnly, err)
+	}
+	return fmt.Errorf("idemkey: mysql: checking that table %s takes writes: %w", q.t, err)
 }
 
 // checkTable fails unless the table exists with every column the store

@@ -122,9 +122,14 @@ const (
 
 // New returns a Store on db. It checks, within ctx, that the table
 // (WithTable; default DefaultTable) exists with the schema's columns (and
-// says how to create it when it does not), that the server's named locks
-// are real and shared by its sessions (else ErrLocksNotReal), and that the
-// server is not a node of a Galera cluster (ErrGalera). It warns, through
+// says how to create it when it does not), that the table takes writes
+// from db's sessions (else ErrReadOnly: a read-only server or session),
+// that the server's named locks are real and shared by its sessions (else
+// ErrLocksNotReal), and that the server is not a node of a Galera cluster
+// (ErrGalera); its errors name the server and the database. When ctx has
+// no deadline, the checks are bounded by DefaultStartTimeout (10 s), so
+// that a server that accepts the connection and never answers fails
+// start-up rather than hang it. It warns, through
 // log/slog's default logger, when db's pool is limited to fewer than 10
 // connections. It starts the background sweeper unless
 // WithSweepInterval(0) is given; Close stops it. It returns an error for a
@@ -146,16 +151,18 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
 		// a second connection while one is held.
 		return nil, errors.New("idemkey: mysql: the *sql.DB is limited to one connection (SetMaxOpenConns(1)): the store needs at least two, and one per request served at once")
 	}
+	ctx, cancel := startContext(ctx)
+	defer cancel()
+	srv, err := reach(ctx, db)
+	if err != nil {
+		return nil, err
+	}
 	schema := cfg.schema
 	if schema == "" {
-		var cur sql.NullString
-		if err := db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&cur); err != nil {
-			return nil, fmt.Errorf("idemkey: mysql: reading the connection's database: %w", err)
+		if srv.database == "" {
+			return nil, fmt.Errorf("idemkey: mysql: the connection to %s has no database: name one in the DSN, or qualify the table (WithTable(\"database.%s\"))", srv.address, cfg.table)
 		}
-		if !cur.Valid || cur.String == "" {
-			return nil, fmt.Errorf("idemkey: mysql: the connection has no database: name one in the DSN, or qualify the table (WithTable(\"database.%s\"))", cfg.table)
-		}
-		schema = cur.String
+		schema = srv.database
 	}
 	s := &Store{
 		db:            db,
@@ -172,19 +179,16 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
 		sweepDone:     make(chan struct{}),
 	}
 	s.name = s.sql.t
-	var version string
-	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-		return nil, fmt.Errorf("idemkey: mysql: reading the server's version: %w", err)
-	}
-	s.sql.mariadb = strings.Contains(version, "MariaDB")
-	if err := checkTable(ctx, db, s.sql.t); err != nil {
-		return nil, err
-	}
-	if err := checkGalera(ctx, db); err != nil {
-		return nil, err
-	}
-	if err := checkLocks(ctx, db); err != nil {
-		return nil, err
+	s.sql.mariadb = strings.Contains(srv.version, "MariaDB")
+	for _, check := range []func() error{
+		func() error { return checkTable(ctx, db, s.sql.t) },
+		func() error { return checkWrites(ctx, db, s.sql) },
+		func() error { return checkGalera(ctx, db) },
+		func() error { return checkLocks(ctx, db) },
+	} {
+		if err := check(); err != nil {
+			return nil, srv.wrap(ctx, err)
+		}
 	}
 	if n := db.Stats().MaxOpenConnections; n > 0 && n < smallPool {
 		slog.Warn("idemkey: mysql: the pool is small for transactional requests: each holds a connection for its handler's whole run, so at most this many run at once, and the rest are answered 503 once the call's budget has passed waiting for one; size the pool for the requests served at once (db.SetMaxOpenConns)",
@@ -562,6 +566,9 @@ const (
 	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
 	errLockNowait      = 3572 // ER_LOCK_NOWAIT (MySQL 8: NOWAIT met a lock)
 	errTableNotLocked  = 1100 // ER_TABLE_NOT_LOCKED (a statement outside the tables LOCK TABLES took)
+	errReadOnlyOption  = 1290 // ER_OPTION_PREVENTS_STATEMENT (read_only, super_read_only)
+	errReadOnlyTx      = 1792 // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+	errReadOnlyInnoDB  = 1874 // ER_INNODB_READ_ONLY (innodb_read_only)
 )
 
 // isNumber reports whether err is the server's error number n.

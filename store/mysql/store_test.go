@@ -3,7 +3,11 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"net"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,4 +230,100 @@ func TestReleaseOutwaitsAHolder(t *testing.T) {
 			t.Fatalf("%s of a row held 80 ms: %v", op, err)
 		}
 	}
+}
+
+// TestStartUpBounded: New and Migrate against a server that accepts the
+// connection and never answers, with a context that has no deadline,
+// fail within the default start-up budget, saying so, where Migrate hung
+// for minutes.
+func TestStartUpBounded(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // accepted, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	dsn, err := mysql.DSN("mysql://root@" + l.Addr().String() + "/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for name, start := range map[string]func() error{
+		"Migrate": func() error { return mysql.Migrate(context.Background(), db) },
+		"New": func() error {
+			_, err := mysql.New(context.Background(), db, mysql.WithSweepInterval(0))
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			began := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- start() }()
+			select {
+			case err := <-done:
+				took := time.Since(began)
+				if err == nil || !strings.Contains(err.Error(), "did not answer within the start-up budget") {
+					t.Fatalf("%s against a server that never answers: %v, want an error saying it did not answer", name, err)
+				}
+				if took < mysql.DefaultStartTimeout-time.Second {
+					t.Fatalf("%s gave up after %v, before the budget (%v)", name, took, mysql.DefaultStartTimeout)
+				}
+			case <-time.After(mysql.DefaultStartTimeout + 10*time.Second):
+				t.Fatalf("%s against a server that never answers still waits after %v", name, time.Since(began))
+			}
+		})
+	}
+}
+
+// TestNewReadOnly: a session that takes no writes (tx_read_only, or
+// transaction_read_only on MySQL: the DSN's, or the server's default) is
+// refused at New with ErrReadOnly, naming the server, rather than
+// answering 503 to every request.
+func TestNewReadOnly(t *testing.T) {
+	db := sharedDB(t)
+	table := newTable(t, db)
+	var variable string
+	if err := db.QueryRow("SELECT IF(VERSION() LIKE '%MariaDB%', 'tx_read_only', 'transaction_read_only')").Scan(&variable); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(sharedURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set(variable, "1")
+	u.RawQuery = q.Encode()
+	ro := openDB(t, u.String(), 5)
+	_, err = mysql.New(context.Background(), ro, mysql.WithTable(table), mysql.WithSweepInterval(0))
+	if !errors.Is(err, mysql.ErrReadOnly) {
+		t.Fatalf("New on a read-only session: %v, want ErrReadOnly", err)
+	}
+	if !strings.Contains(err.Error(), "database ") {
+		t.Fatalf("New's error does not name the server and database: %v", err)
+	}
+	t.Log(err)
 }
