@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -319,40 +320,68 @@ func TestMiddlewareWaitReplays(t *testing.T) {
 	}
 }
 
-// TestClaimWithoutTheFunction: a table made by an earlier schema has no
-// claim function; the store claims with the inline statement instead, and
-// every path still holds.
-func TestClaimWithoutTheFunction(t *testing.T) {
+// TestMigrateInPlace: a table made by the previous version's schema
+// (testdata/schema_earlier.sql: a lock_id column, no raw_digest, a claim
+// function that does not return it) is refused by New, with a message that
+// names the table and says how to bring it up to date; Migrate brings it up
+// to date in place, keeping its rows, and twice changes nothing; the store
+// then keeps and returns a record's raw digest.
+func TestMigrateInPlace(t *testing.T) {
 	pool := sharedPool(t)
 	ctx := context.Background()
 	table := newTable(t, pool)
-	if _, err := pool.Exec(ctx, "DROP FUNCTION "+pgx.Identifier{table + "_claim"}.Sanitize()); err != nil {
+	earlier, err := os.ReadFile("testdata/schema_earlier.sql")
+	if err != nil {
 		t.Fatal(err)
+	}
+	old := strings.ReplaceAll(string(earlier), postgres.DefaultTable, table)
+	if _, err := pool.Exec(ctx, "DROP TABLE "+table+"; DROP FUNCTION "+table+"_claim; "+old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (key, token, fingerprint, created_at, expires_at, status, body) VALUES ('kept', 't', $1, now(), now() + interval '1 hour', 201, 'old')", make([]byte, 32)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = postgres.New(ctx, pool, postgres.WithTable(table), postgres.WithSweepInterval(0))
+	if err == nil || !strings.Contains(err.Error(), table) || !strings.Contains(err.Error(), "postgres.Migrate") || !strings.Contains(err.Error(), "postgres.Schema(") {
+		t.Fatalf("New on the earlier table: %v, want an error naming the table, Migrate and Schema", err)
+	}
+	for range 2 {
+		if err := postgres.Migrate(ctx, pool, postgres.WithTable(table)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lockID bool
+	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'lock_id' AND NOT attisdropped)", table).Scan(&lockID); err != nil || lockID {
+		t.Fatalf("lock_id still there: %v %v", lockID, err)
 	}
 	st, err := postgres.New(ctx, pool, postgres.WithTable(table), postgres.WithSweepInterval(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	pay := newPayments(t, pool, table)
-	key, c := newKey(), newClaim(1)
-	tx := claimTx(t, st, key, c, store.Claimed)
-	claimTx(t, st, key, newClaim(1), store.InFlight)
-	if res, _, err := st.ClaimTx(ctx, key, newClaim(2)); err != nil || res.State != store.InFlight || res.Fingerprint == newClaim(2).Fingerprint {
-		t.Fatalf("another request: %v %v", res.State, err)
+	if res, _, err := st.ClaimTx(ctx, "kept", newClaim(0)); err != nil || res.State != store.Completed || string(res.Record.Body) != "old" || res.Record.RawDigest != ([32]byte{}) {
+		t.Fatalf("the earlier row: %+v %v", res, err)
 	}
-	if err := pay.insert(tx.NewContext(ctx), key, "inline"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx, record("paid", 1), time.Minute); err != nil {
+	key := newKey()
+	tx := claimTx(t, st, key, newClaim(1), store.Claimed)
+	rec := record("paid", 1)
+	rec.RawDigest = [32]byte{7, 7, 7}
+	if err := tx.Commit(ctx, rec, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	res, _, err := st.ClaimTx(ctx, key, newClaim(1))
-	if err != nil || res.State != store.Completed || string(res.Record.Body) != "paid" {
-		t.Fatalf("the replay: %v %v", res.State, err)
+	if err != nil || res.State != store.Completed || res.Record.RawDigest != rec.RawDigest {
+		t.Fatalf("the replay: %+v %v, want raw digest %x", res, err, rec.RawDigest[:3])
 	}
-	if n := pay.count(t, key); n != 1 {
-		t.Fatalf("%d payments", n)
+	plain, pc := newKey(), newClaim(1)
+	if _, err := st.Claim(ctx, plain, pc); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Complete(ctx, plain, pc.Token, rec, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := st.Claim(ctx, plain, newClaim(2)); err != nil || res.State != store.Completed || res.Record.RawDigest != rec.RawDigest {
+		t.Fatalf("the plain replay: %+v %v", res, err)
 	}
 }
 

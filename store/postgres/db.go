@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 
 	"github.com/jackc/pgx/v5"
@@ -115,7 +114,3 @@ func sqlState(err error) string {
 	}
 	return ""
 }
-
-// badConn reports a database/sql driver's word that its connection is
-// not usable: the statement never reached the server.
-func badConn(err error) bool { return errors.Is(err, driver.ErrBadConn) }

@@ -12,16 +12,10 @@ import (
 
 var _ store.Inspector = (*Store)(nil)
 
-// inspectSQL reads a key's row, and probes the owner of a transactional
-// claim in flight as a claim would, with a lock its statement's own
-// transaction lets go of: nothing of it lives in the session, even when
-// the statement is cancelled half way.
+// inspectSQL reads a key's row.
 const inspectSQL = `SELECT r.token, r.fingerprint, r.created_at, r.expires_at,
        (extract(epoch FROM r.expires_at - statement_timestamp()) * 1000000)::bigint,
-       r.lock_id, r.status, r.header, r.body, r.body_omitted, r.completed_at, pg_column_size(r.*),
-       CASE WHEN r.status IS NULL AND r.lock_id IS NOT NULL
-            THEN pg_try_advisory_xact_lock(r.lock_id)
-       END
+       r.status, r.header, r.body, r.body_omitted, r.completed_at, pg_column_size(r.*), r.raw_digest
 FROM T r WHERE r.key = $1`
 
 // Inspect implements store.Inspector: it reads key's row, and probes the
@@ -41,14 +35,13 @@ func (s *Store) Inspect(ctx context.Context, key string) (store.Entry, bool, err
 		fp, header  []byte
 		body        []byte
 		remaining   int64
-		lockID      *int64
 		status      *int16
 		omitted     *bool
 		completedAt *time.Time
-		gone        *bool
+		raw         []byte
 	)
 	err := s.db.queryRow(ctx, s.sql.inspect, key).Scan(&token, &fp, &e.CreatedAt, &expiresAt, &remaining,
-		&lockID, &status, &header, &body, &omitted, &completedAt, &e.Size, &gone)
+		&status, &header, &body, &omitted, &completedAt, &e.Size, &raw)
 	if noRows(err) || (err == nil && remaining <= 0) {
 		// No live row: the key may still be held by a request's
 		// transaction, whose claim is not committed.
@@ -65,10 +58,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (store.Entry, bool, err
 	copy(e.Fingerprint[:], fp)
 	e.TTL = time.Duration(remaining) * time.Microsecond
 	e.Expired = remaining <= 0
-	e.Transactional = lockID != nil
 	if status == nil {
 		e.State = store.InFlight
-		e.OwnerGone = gone != nil && *gone
 		e.Fence = fence(e.State, expiresAt, token)
 		return e, true, nil
 	}
@@ -79,6 +70,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (store.Entry, bool, err
 	if completedAt != nil {
 		rec.CompletedAt = *completedAt
 	}
+	copy(rec.RawDigest[:], raw)
 	e.Record = rec
 	if rec.Header, err = decodeHeader(header); err != nil {
 		return e, true, err
@@ -144,10 +136,9 @@ const deleteSQL = `DELETE FROM T WHERE key = $1 AND token = $2 AND expires_at = 
 // TableStats is the Detail of a PostgreSQL store's Stats: the table's
 // size and vacuum state.
 type TableStats struct {
-	// Transactional counts the claims in flight committed by an earlier
-	// version of this package for a transactional request. A claim held
-	// by a request's transaction now is no row until it commits, and is
-	// not counted anywhere.
+	// Transactional is always 0: a claim held by a request's transaction
+	// is no committed row, and is not counted anywhere (Inspect finds it
+	// by its lock).
 	Transactional int64
 	// TableBytes is the table's size on disk (pg_table_size: the heap,
 	// its TOAST and free space), IndexBytes its indexes', TotalBytes both
@@ -168,7 +159,7 @@ const statsSQL = `SELECT count(*),
        count(*) FILTER (WHERE expires_at > statement_timestamp() AND status IS NOT NULL),
        count(*) FILTER (WHERE expires_at > statement_timestamp() AND status IS NULL),
        count(*) FILTER (WHERE expires_at <= statement_timestamp()),
-       count(*) FILTER (WHERE expires_at > statement_timestamp() AND status IS NULL AND lock_id IS NOT NULL),
+       0::bigint,
        min(expires_at)
 FROM T`
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkey/idemkey/internal/sqlcore"
 )
 
 // Defaults of the options.
@@ -15,16 +17,16 @@ const (
 	DefaultTable = "idemkey_records"
 	// DefaultCallTimeout is the time budget of Claim, ClaimTx, Complete,
 	// Release and Extend when WithCallTimeout is not given.
-	DefaultCallTimeout = 300 * time.Millisecond
+	DefaultCallTimeout = sqlcore.DefaultCallTimeout
 	// DefaultCommitTimeout is the time budget of a request transaction's
 	// Commit and Rollback when WithCommitTimeout is not given.
-	DefaultCommitTimeout = time.Second
+	DefaultCommitTimeout = sqlcore.DefaultCommitTimeout
 	// DefaultSweepInterval is how often a Store deletes expired rows when
 	// WithSweepInterval is not given.
-	DefaultSweepInterval = time.Minute
+	DefaultSweepInterval = sqlcore.DefaultSweepInterval
 	// DefaultSweepBatch is how many expired rows one sweeping statement
 	// deletes at most when WithSweepBatch is not given.
-	DefaultSweepBatch = 1000
+	DefaultSweepBatch = sqlcore.DefaultSweepBatch
 )
 
 // Option configures a Store (New) or names what Migrate creates. Options
@@ -34,24 +36,16 @@ const (
 type Option func(*config) error
 
 type config struct {
-	table         pgx.Identifier
-	callTimeout   time.Duration
-	commitTimeout time.Duration
-	txOptions     pgx.TxOptions
-	sweepInterval time.Duration
-	sweepBatch    int
-	// clientErrorWrites: a kept 4xx commits the handler's writes.
-	clientErrorWrites bool
+	sqlcore.Config
+	table     pgx.Identifier
+	txOptions pgx.TxOptions
 }
 
 func defaultConfig() config {
 	return config{
-		table:         pgx.Identifier{DefaultTable},
-		callTimeout:   DefaultCallTimeout,
-		commitTimeout: DefaultCommitTimeout,
-		txOptions:     pgx.TxOptions{IsoLevel: pgx.ReadCommitted},
-		sweepInterval: DefaultSweepInterval,
-		sweepBatch:    DefaultSweepBatch,
+		Config:    sqlcore.Defaults(),
+		table:     pgx.Identifier{DefaultTable},
+		txOptions: pgx.TxOptions{IsoLevel: pgx.ReadCommitted},
 	}
 }
 
@@ -79,24 +73,11 @@ func parseTable(name string) (pgx.Identifier, error) {
 		return nil, fmt.Errorf("table name %q: want name or schema.name", name)
 	}
 	for _, p := range parts {
-		if !plainIdentifier(p) {
+		if !sqlcore.PlainIdentifier(p, 63) {
 			return nil, fmt.Errorf("table name %q: each part must be 1 to 63 lower-case letters, digits or underscores, not starting with a digit", name)
 		}
 	}
 	return pgx.Identifier(parts), nil
-}
-
-func plainIdentifier(s string) bool {
-	if s == "" || len(s) > 63 || ('0' <= s[0] && s[0] <= '9') {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // WithCallTimeout sets the time budget of every Claim, ClaimTx (the claim,
@@ -107,11 +88,7 @@ func plainIdentifier(s string) bool {
 // sooner. Default DefaultCallTimeout (300 ms); d must be positive.
 func WithCallTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("call timeout %v, want > 0", d)
-		}
-		c.callTimeout = d
-		return nil
+		return c.SetCallTimeout(d)
 	}
 }
 
@@ -125,11 +102,7 @@ func WithCallTimeout(d time.Duration) Option {
 // positive.
 func WithCommitTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("commit timeout %v, want > 0", d)
-		}
-		c.commitTimeout = d
-		return nil
+		return c.SetCommitTimeout(d)
 	}
 }
 
@@ -178,11 +151,7 @@ func WithTxOptions(o pgx.TxOptions) Option {
 // from a scheduled job); negative is an error.
 func WithSweepInterval(d time.Duration) Option {
 	return func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("sweep interval %v, want >= 0", d)
-		}
-		c.sweepInterval = d
-		return nil
+		return c.SetSweepInterval(d)
 	}
 }
 
@@ -192,11 +161,7 @@ func WithSweepInterval(d time.Duration) Option {
 // DefaultSweepBatch (1000); n must be positive.
 func WithSweepBatch(n int) Option {
 	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("sweep batch %d, want >= 1", n)
-		}
-		c.sweepBatch = n
-		return nil
+		return c.SetSweepBatch(n)
 	}
 }
 
@@ -211,7 +176,7 @@ func WithSweepBatch(n int) Option {
 // answers always commit their writes.
 func WithClientErrorWrites(commit bool) Option {
 	return func(c *config) error {
-		c.clientErrorWrites = commit
+		c.ClientErrorWrites = commit
 		return nil
 	}
 }

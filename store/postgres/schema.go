@@ -25,7 +25,7 @@ const indexSuffix = "_expires_at"
 
 // columns are the table's columns, in the order the store reads them; New
 // checks that the table has them all.
-const columns = "key, token, fingerprint, created_at, expires_at, lock_id, status, header, body, body_omitted, completed_at"
+const columns = "key, token, fingerprint, raw_digest, created_at, expires_at, status, header, body, body_omitted, completed_at"
 
 // Schema returns SchemaSQL for the table named as WithTable takes it
 // ("name" or "schema.name"), with its index named "<name>_expires_at" in
@@ -46,6 +46,7 @@ func schemaFor(id pgx.Identifier) string {
 	index := pgx.Identifier{id[len(id)-1] + indexSuffix}.Sanitize()
 	s := strings.ReplaceAll(SchemaSQL, DefaultTable+indexSuffix, index)
 	s = strings.ReplaceAll(s, DefaultTable+claimSuffix+"(", claimFunc(id).Sanitize()+"(")
+	s = strings.ReplaceAll(s, "('"+DefaultTable+"')", "('"+id.Sanitize()+"')")
 	return strings.ReplaceAll(s, " "+DefaultTable+" ", " "+id.Sanitize()+" ")
 }
 
@@ -63,12 +64,12 @@ func claimFunc(id pgx.Identifier) pgx.Identifier {
 // to_regprocedure takes it.
 const claimSignature = "(text, text, bytea, bigint, bigint, bigint, text)"
 
-// hasClaimFunc reports whether the table's claim function exists (a
-// table made by an earlier version, or by a migration of its SQL, has
-// none: the store then claims with an inline statement).
+// hasClaimFunc reports whether the table's claim function exists as this
+// version makes it (returning the raw digest).
 func hasClaimFunc(ctx context.Context, q db, table pgx.Identifier) (bool, error) {
 	var ok bool
-	err := q.queryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL", claimFunc(table).Sanitize()+claimSignature).Scan(&ok)
+	err := q.queryRow(ctx, "SELECT EXISTS (SELECT FROM pg_proc WHERE oid = to_regprocedure($1) AND 'r_raw_digest' = ANY (proargnames))",
+		claimFunc(table).Sanitize()+claimSignature).Scan(&ok)
 	return ok, err
 }
 
@@ -120,20 +121,33 @@ func migrate(ctx context.Context, d db, opts []Option) error {
 }
 
 // checkTable fails unless the table exists with every column the store
-// uses.
+// uses, and its claim function with it.
 func checkTable(ctx context.Context, q db, table pgx.Identifier) error {
-	err := q.queryRow(ctx, "SELECT "+columns+" FROM "+table.Sanitize()+" LIMIT 0").Scan()
-	if err == nil || noRows(err) {
-		return nil
-	}
 	name := table.Sanitize()
-	switch sqlState(err) {
-	case "42P01": // undefined_table
-		return fmt.Errorf("idemkey: postgres: table %s does not exist: create it with postgres.Migrate, or apply postgres.SchemaSQL with your migration tool", name)
-	case "42703": // undefined_column
-		return fmt.Errorf("idemkey: postgres: table %s is not the store's table (%w): compare it with postgres.SchemaSQL", name, err)
+	// What to apply: SchemaSQL for the default table, Schema's for
+	// another.
+	apply := "postgres.SchemaSQL"
+	if len(table) != 1 || table[0] != DefaultTable {
+		apply = fmt.Sprintf("postgres.Schema(%q)", strings.Join(table, "."))
 	}
-	return fmt.Errorf("idemkey: postgres: checking table %s: %w", name, err)
+	err := q.queryRow(ctx, "SELECT "+columns+" FROM "+name+" LIMIT 0").Scan()
+	switch {
+	case err == nil || noRows(err):
+	case sqlState(err) == "42P01": // undefined_table
+		return fmt.Errorf("idemkey: postgres: table %s does not exist: create it with postgres.Migrate, or apply %s with your migration tool", name, apply)
+	case sqlState(err) == "42703": // undefined_column
+		return fmt.Errorf("idemkey: postgres: table %s was made by an earlier version, or is not the store's table (%w): bring it up to date with postgres.Migrate, or apply %s again", name, err, apply)
+	default:
+		return fmt.Errorf("idemkey: postgres: checking table %s: %w", name, err)
+	}
+	ok, err := hasClaimFunc(ctx, q, table)
+	if err != nil {
+		return fmt.Errorf("idemkey: postgres: checking table %s: %w", name, err)
+	}
+	if !ok {
+		return fmt.Errorf("idemkey: postgres: table %s has no claim function %s as this version makes it: bring it up to date with postgres.Migrate, or apply %s again", name, claimFunc(table).Sanitize(), apply)
+	}
+	return nil
 }
 
 // ErrLocksNotReal is what New returns for a server whose advisory locks

@@ -13,7 +13,7 @@ import (
 // past is gone as far as every statement is concerned, whether or not the
 // sweeper has deleted it yet.
 //
-// The claim is one statement, for both modes. It looks at the key's row
+// The claim is the table's claim function (schema.sql), for both modes. It looks at the key's row
 // on the statement's snapshot first: a live record is replayed and a live
 // claim committed by a plain Claim is in flight, with no lock taken. When
 // there is none, it tries two transaction-scoped advisory locks, in this
@@ -37,58 +37,10 @@ import (
 // SERIALIZABLE the INSERT fails with a serialization error instead, and
 // the store begins again).
 const (
-	// claimSQL: $1 key, $2 token, $3 fingerprint, $4 the row's life (µs),
-	// $5 the key's lock, $6 the lock of the key with the fingerprint, $7
-	// the claim's life in milliseconds, as text (statement_timeout and
-	// idle_in_transaction_session_timeout for the rest of the
-	// transaction). Columns: kind (1 claimed, 2 a row holds the key, 3 a
-	// transaction holds it), token, fingerprint, created_at (for kind 3,
-	// when the holder's transaction began, when it can be seen), remaining
-	// (µs), status, header, body, body_omitted, completed_at, and for kind
-	// 3 whether the holder's request has this fingerprint.
-	claimSQL = `WITH cur AS MATERIALIZED (
-    SELECT r.token, r.fingerprint, r.created_at, r.expires_at, r.status, r.header, r.body,
-           r.body_omitted, r.completed_at
-    FROM T r WHERE r.key = $1 AND r.expires_at > statement_timestamp()
-), free AS MATERIALIZED (
-    SELECT CASE WHEN EXISTS (SELECT FROM cur) THEN 0
-                WHEN NOT pg_try_advisory_xact_lock($6) THEN 1
-                WHEN NOT pg_try_advisory_xact_lock($5) THEN 2
-                ELSE 3 END AS got
-), ins AS (
-    INSERT INTO T AS r (key, token, fingerprint, created_at, expires_at)
-    SELECT $1, $2, $3, statement_timestamp(), statement_timestamp() + $4 * interval '1 microsecond'
-    FROM free WHERE free.got = 3
-    ON CONFLICT (key) DO UPDATE
-    SET token = excluded.token, fingerprint = excluded.fingerprint, created_at = excluded.created_at,
-        expires_at = excluded.expires_at, lock_id = NULL, status = NULL, header = NULL, body = NULL,
-        body_omitted = NULL, completed_at = NULL
-    WHERE r.expires_at <= statement_timestamp()
-    RETURNING set_config('statement_timeout', $7, true) AS a,
-              set_config('idle_in_transaction_session_timeout', $7, true) AS b
-)
-SELECT 1::smallint, NULL::text, NULL::bytea, NULL::timestamptz, NULL::bigint,
-       NULL::smallint, NULL::bytea, NULL::bytea, NULL::boolean, NULL::timestamptz, NULL::boolean
-FROM ins
-UNION ALL
-SELECT 2, c.token, c.fingerprint, c.created_at,
-       (extract(epoch FROM c.expires_at - greatest(statement_timestamp(), c.created_at)) * 1000000)::bigint,
-       c.status, c.header, c.body, c.body_omitted, c.completed_at, NULL
-FROM cur c
-UNION ALL
-SELECT 3, NULL, NULL,
-       (SELECT a.xact_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-        WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.mode = 'ExclusiveLock'
-          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-          AND l.classid = (($5::bigint >> 32) & 4294967295)::oid AND l.objid = ($5::bigint & 4294967295)::oid
-          AND l.pid <> pg_backend_pid()
-        LIMIT 1),
-       NULL, NULL, NULL, NULL, NULL, NULL, free.got = 1
-FROM free WHERE free.got IN (1, 2)`
-
 	// completeSQL keeps a record in place of the claim held by $2. $1 key,
 	// $3 fingerprint, $4 status, $5 header, $6 body, $7 body omitted, $8
-	// created at, $9 completed at, $10 retention (µs). It answers 1 when
+	// created at, $9 completed at, $10 retention (µs), $11 raw digest (NULL
+	// for none). It answers 1 when
 	// it kept the record; 2 when the key already holds a record kept
 	// under $2 (a resent Complete); 0 when $2 does not hold the key; and 3
 	// when the row was in flight under $2 on the statement's snapshot but
@@ -97,8 +49,8 @@ FROM free WHERE free.got IN (1, 2)`
 	completeSQL = `WITH kept AS (
     UPDATE T
     SET fingerprint = $3, status = $4, header = $5, body = $6, body_omitted = $7,
-        created_at = $8, completed_at = $9,
-        expires_at = statement_timestamp() + $10 * interval '1 microsecond', lock_id = NULL
+        created_at = $8, completed_at = $9, raw_digest = $11,
+        expires_at = statement_timestamp() + $10 * interval '1 microsecond'
     WHERE key = $1 AND token = $2 AND status IS NULL AND expires_at > statement_timestamp()
     RETURNING 1
 )
@@ -135,7 +87,7 @@ END`
 WHERE key = $1 AND token = $2 AND status IS NULL AND expires_at > statement_timestamp()`
 
 	// keepTxSQL keeps the record inside the request's transaction, with
-	// completeSQL's parameters and $11 the claim's life (µs): fenced by
+	// completeSQL's parameters and $12 the claim's life (µs): fenced by
 	// the owner's token and by that life, so that a commit that comes
 	// after the claim's life (its owner stalled past the route's deadline)
 	// never lands. When it keeps nothing it raises an error (a text that
@@ -152,10 +104,10 @@ WHERE key = $1 AND token = $2 AND status IS NULL AND expires_at > statement_time
 	keepTxSQL = `WITH kept AS (
     UPDATE T
     SET fingerprint = $3, status = $4, header = $5, body = $6, body_omitted = $7,
-        created_at = $8, completed_at = $9,
-        expires_at = greatest(expires_at, statement_timestamp() + $10 * interval '1 microsecond'), lock_id = NULL
+        created_at = $8, completed_at = $9, raw_digest = $11,
+        expires_at = greatest(expires_at, statement_timestamp() + $10 * interval '1 microsecond')
     WHERE key = $1 AND token = $2 AND status IS NULL
-      AND created_at + $11 * interval '1 microsecond' > statement_timestamp()
+      AND created_at + $12 * interval '1 microsecond' > statement_timestamp()
     RETURNING 1
 )
 SELECT CASE WHEN n = 1 THEN true
@@ -191,8 +143,8 @@ type statements struct {
 	// what claim does with statements PostgreSQL keeps planned.
 	claimCall string
 
-	claim, complete, release, extend, keepTx, held, sweep string
-	inspect, delete, stats                                string
+	complete, release, extend, keepTx, held, sweep string
+	inspect, delete, stats                         string
 }
 
 // tableWord is the table's placeholder in the statements: T, as a word of
@@ -203,9 +155,8 @@ func newStatements(table pgx.Identifier) statements {
 	name := table.Sanitize()
 	f := func(sql string) string { return tableWord.ReplaceAllLiteralString(sql, name) }
 	return statements{
-		claimCall: "SELECT r_kind, r_token, r_fingerprint, r_created_at, r_remaining, r_status, r_header, r_body, r_body_omitted, r_completed_at, r_same FROM " +
+		claimCall: "SELECT r_kind, r_token, r_fingerprint, r_created_at, r_remaining, r_status, r_header, r_body, r_body_omitted, r_completed_at, r_same, r_raw_digest FROM " +
 			claimFunc(table).Sanitize() + "($1, $2, $3, $4, $5, $6, $7)",
-		claim:    f(claimSQL),
 		complete: f(completeSQL),
 		release:  f(releaseSQL),
 		extend:   f(extendSQL),

@@ -5,10 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkey/idemkey/internal/option"
-	"github.com/idemkey/idemkey/internal/sweep"
+	"github.com/idemkey/idemkey/internal/sqlcore"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -35,8 +32,7 @@ type Store struct {
 	timeout       time.Duration
 	commitTimeout time.Duration
 	begin         string // the BEGIN of a request's transaction
-	// claimSQL is the claim: a call of the table's claim function, or,
-	// for a table made without one, the same claim as one statement.
+	// claimSQL is the claim: a call of the table's claim function.
 	claimSQL  string
 	txOptions pgx.TxOptions
 	// undo4xx: a kept 4xx rolls the handler's writes back to a savepoint
@@ -45,9 +41,7 @@ type Store struct {
 	sweepBatch    int
 	sweepInterval time.Duration
 
-	stop      chan struct{}
-	stopOnce  sync.Once
-	sweepDone chan struct{}
+	sweeper sqlcore.Sweeper
 }
 
 var (
@@ -61,10 +55,8 @@ var (
 const smallPool = 10
 
 // maxAttempts bounds how often one call runs its statement when the answer
-// says the row changed under it (a claim racing another, or a takeover
-// lost): each attempt sees a state that settled after the last, so a few
-// are plenty.
-const maxAttempts = 5
+// says the row changed under it.
+const maxAttempts = sqlcore.Attempts
 
 // New returns a Store on pool. It checks, within ctx, that the table
 // (WithTable; default DefaultTable) exists with the schema's columns, and
@@ -143,48 +135,30 @@ func open(ctx context.Context, d db, opts []Option) (*Store, error) {
 	if err := checkLocks(ctx, d); err != nil {
 		return nil, err
 	}
-	byFunc, err := hasClaimFunc(ctx, d, cfg.table)
-	if err != nil {
-		return nil, fmt.Errorf("idemkey: postgres: checking table %s: %w", cfg.table.Sanitize(), err)
-	}
-	if !byFunc {
-		slog.Warn("idemkey: postgres: the table has no claim function (it was made by an earlier version's schema): claims work, but cost PostgreSQL a plan each where statements are not kept prepared; run postgres.Migrate, or apply postgres.SchemaSQL (or Schema) again",
-			"table", cfg.table.Sanitize(), "function", claimFunc(cfg.table).Sanitize())
-	}
 	sql := newStatements(cfg.table)
-	claim := sql.claim
-	if byFunc {
-		claim = sql.claimCall
-	}
 	s := &Store{
 		db:            d,
 		sql:           sql,
-		claimSQL:      claim,
+		claimSQL:      sql.claimCall,
 		table:         cfg.table.Sanitize(),
-		timeout:       cfg.callTimeout,
-		commitTimeout: cfg.commitTimeout,
+		timeout:       cfg.CallTimeout,
+		commitTimeout: cfg.CommitTimeout,
 		begin:         beginSQL(cfg.txOptions),
 		txOptions:     cfg.txOptions,
-		undo4xx:       !cfg.clientErrorWrites,
-		sweepBatch:    cfg.sweepBatch,
-		sweepInterval: cfg.sweepInterval,
-		stop:          make(chan struct{}),
-		sweepDone:     make(chan struct{}),
+		undo4xx:       !cfg.ClientErrorWrites,
+		sweepBatch:    cfg.SweepBatch,
+		sweepInterval: cfg.SweepInterval,
 	}
 	if n := d.maxConns(); n > 0 && n < smallPool {
 		slog.Warn("idemkey: postgres: the pool is small for transactional requests: each holds a connection for its handler's whole run, so at most this many run at once, and the rest are answered 503 once the call's budget has passed waiting for one; size the pool for the requests served at once (pgxpool MaxConns, pool_max_conns in the URL; sql.DB SetMaxOpenConns)",
-			"max_conns", n, "call_timeout", cfg.callTimeout)
+			"max_conns", n, "call_timeout", cfg.CallTimeout)
 	}
 	return s, nil
 }
 
 // start starts the background sweeper, unless WithSweepInterval(0).
 func (s *Store) start() {
-	if s.sweepInterval > 0 {
-		go sweep.Every(s.sweepInterval, s.stop, s.sweepDone, s.Sweep, "idemkey: postgres: sweeping expired rows failed", "table", s.table)
-	} else {
-		close(s.sweepDone)
-	}
+	s.sweeper.Start(s.sweepInterval, s.Sweep, "idemkey: postgres: sweeping expired rows failed", "table", s.table)
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -213,8 +187,7 @@ func beginSQL(o pgx.TxOptions) string {
 // Close stops the background sweeper and waits for a sweep in progress to
 // end. It does not close the pool. It is safe to call more than once.
 func (s *Store) Close() error {
-	s.stopOnce.Do(func() { close(s.stop) })
-	<-s.sweepDone
+	s.sweeper.Stop()
 	return nil
 }
 
@@ -231,6 +204,7 @@ type row struct {
 	omitted     *bool
 	completedAt *time.Time
 	same        *bool // kind 3: the holder's request has the claim's fingerprint
+	rawDigest   []byte
 }
 
 // The kinds of answer of claimSQL.
@@ -242,7 +216,7 @@ const (
 
 func (r *row) scan(rows scanner) error {
 	return rows.Scan(&r.kind, &r.token, &r.fingerprint, &r.createdAt, &r.remaining,
-		&r.status, &r.header, &r.body, &r.omitted, &r.completedAt, &r.same)
+		&r.status, &r.header, &r.body, &r.omitted, &r.completedAt, &r.same, &r.rawDigest)
 }
 
 // queryClaim runs the claim statement on q and returns its row, or false
@@ -264,83 +238,44 @@ func (s *Store) claimArgs(key string, c store.Claim, life int64) []any {
 }
 
 // locks returns the advisory lock ids of a claim: the key's, and the key's
-// with the request's fingerprint. Both are an FNV-1a hash of the table and
-// the key (then the fingerprint), so that two stores on different tables
-// never share them; computed in place, without allocating.
+// with the request's fingerprint (sqlcore.LockIDs).
 func (s *Store) locks(key string, fp [32]byte) (int64, int64) {
-	const offset, prime = 14695981039346656037, 1099511628211
-	h := uint64(offset)
-	for i := 0; i < len(s.table); i++ {
-		h = (h ^ uint64(s.table[i])) * prime
-	}
-	h *= prime // the 0 byte between table and key
-	for i := 0; i < len(key); i++ {
-		h = (h ^ uint64(key[i])) * prime
-	}
-	l1 := h
-	for _, b := range fp {
-		h = (h ^ uint64(b)) * prime
-	}
-	return int64(l1), int64(h)
+	return sqlcore.LockIDs(s.table, key, fp)
 }
 
 // result reads the claim's answer when the key is not claimed: a row that
 // holds it (kind 2; the caller decides Mine), or a transaction (kind 3).
 func (r *row) result(c store.Claim) (store.Result, error) {
-	var res store.Result
+	f := sqlcore.Found{Kind: sqlcore.Row, Fingerprint: r.fingerprint, RawDigest: r.rawDigest, Header: r.header, Body: r.body}
 	if r.kind == kindHeld {
-		// The holder's claim is not committed: what is known of it is
-		// whether its request is this one, and when its transaction
-		// began.
-		res.State, res.Fingerprint = store.InFlight, c.Fingerprint
-		if r.same == nil || !*r.same {
-			res.Fingerprint = another(c.Fingerprint)
+		f.Kind = sqlcore.HeldOther
+		if r.same != nil && *r.same {
+			f.Kind = sqlcore.HeldSame
 		}
-		res.ClaimedAt, res.TTL = time.Now(), c.TTL
 		if r.createdAt != nil {
-			res.ClaimedAt = *r.createdAt
-			// The holder's clock (the server's) and this one may
-			// disagree: never more than the claim's own life.
-			res.TTL = min(max(c.TTL-time.Since(res.ClaimedAt), time.Second), c.TTL)
+			f.HeldSince = *r.createdAt
 		}
-		return res, nil
+	} else {
+		if r.createdAt != nil {
+			f.CreatedAt = *r.createdAt
+		}
+		if r.remaining != nil {
+			f.Remaining = time.Duration(*r.remaining) * time.Microsecond
+		}
+		if r.status != nil {
+			f.Kept, f.Status = true, int(*r.status)
+		}
+		f.BodyOmitted = r.omitted != nil && *r.omitted
+		if r.completedAt != nil {
+			f.CompletedAt = *r.completedAt
+		}
 	}
-	if len(r.fingerprint) != len(res.Fingerprint) {
-		return res, fmt.Errorf("%w: fingerprint of %d bytes", ErrUnreadable, len(r.fingerprint))
-	}
-	copy(res.Fingerprint[:], r.fingerprint)
-	if r.status == nil {
-		res.State = store.InFlight
-		res.TTL = time.Duration(*r.remaining) * time.Microsecond
-		res.ClaimedAt = *r.createdAt
-		return res, nil
-	}
-	h, err := decodeHeader(r.header)
+	// The token is left out: the caller decides Mine.
+	res, err := f.Result(c)
 	if err != nil {
-		return store.Result{}, err
+		return store.Result{}, fmt.Errorf("%w: %w", ErrUnreadable, err)
 	}
-	rec := &store.Record{
-		Status:      int(*r.status),
-		Header:      h,
-		Body:        r.body,
-		BodyOmitted: r.omitted != nil && *r.omitted,
-		Fingerprint: res.Fingerprint,
-		CreatedAt:   *r.createdAt,
-	}
-	if r.completedAt != nil {
-		rec.CompletedAt = *r.completedAt
-	}
-	res.State, res.Record = store.Completed, rec
 	return res, nil
-}
-
-// another returns a fingerprint that is not fp: what an answer InFlight
-// carries for a holder known only to have another request's.
-func another(fp [32]byte) [32]byte {
-	for i := range fp {
-		fp[i] = ^fp[i]
-	}
-	return fp
 }
 
 // Claim claims key for c.Token with a life of c.TTL, or reports what holds
@@ -400,14 +335,8 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	return store.Result{}, unavailable("claim", gaveUp(lastErr))
 }
 
-// gaveUp is the error of a call that ran out of attempts: the last
-// connection failure, or the key changing under every attempt.
-func gaveUp(lastErr error) error {
-	if lastErr != nil {
-		return lastErr
-	}
-	return errors.New("the key kept changing while it was claimed")
-}
+// gaveUp is the error of a call that ran out of attempts.
+func gaveUp(lastErr error) error { return sqlcore.GaveUp(lastErr) }
 
 // connLost reports whether err is a connection that failed (closed by the
 // server, reset, cut short) while ctx is still live: then the statement
@@ -424,10 +353,7 @@ func connLost(ctx context.Context, err error) bool {
 		// retried.)
 		return sessionEnded(err, code)
 	}
-	if _, ok := errors.AsType[*net.OpError](err); ok {
-		return true
-	}
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) || badConn(err)
+	return sqlcore.Transport(err) || pgconn.SafeToRetry(err)
 }
 
 // sessionEnded reports whether err, a server's error with SQLSTATE code,
@@ -478,24 +404,26 @@ func (s *Store) owned(ctx context.Context, op, sql string, answers map[int]error
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	var lastErr error
-	for range maxAttempts {
+	done, err := sqlcore.Retry(ctx, 0, func() (sqlcore.Outcome, error) {
 		var code int
 		if err := s.db.queryRow(ctx, sql, args...).Scan(&code); err != nil {
 			if connLost(ctx, err) {
-				lastErr = err
-				continue
+				return sqlcore.Lost, err
 			}
-			return unavailable(op, err)
+			return sqlcore.Done, unavailable(op, err)
 		}
 		if err, ok := answers[code]; ok {
-			return err
+			return sqlcore.Done, err
 		}
 		if code != 3 {
-			return fmt.Errorf("idemkey: postgres: %s: unexpected answer %d", op, code)
+			return sqlcore.Done, fmt.Errorf("idemkey: postgres: %s: unexpected answer %d", op, code)
 		}
+		return sqlcore.Again, nil
+	})
+	if !done {
+		return unavailable(op, err)
 	}
-	return unavailable(op, gaveUp(lastErr))
+	return err
 }
 
 // Extend sets the remaining life of the claim held by token to ttl
@@ -537,18 +465,20 @@ func recordArgs(key, token string, rec *store.Record, retention time.Duration) (
 	if err != nil {
 		return nil, err
 	}
-	h, err := encodeHeader(rec.Header)
-	if err != nil {
-		return nil, err
-	}
+	h := sqlcore.EncodeHeader(rec.Header)
 	body := rec.Body
 	if body == nil {
 		body = []byte{} // NULL is for a key in flight
 	}
+	var raw []byte // NULL: kept without one
+	if rec.RawDigest != ([32]byte{}) {
+		raw = rec.RawDigest[:]
+	}
 	// Room for one more: a transaction's keep adds the claim's life.
-	args := make([]any, 10, 11)
+	args := make([]any, 11, 12)
 	args[0], args[1], args[2], args[3], args[4] = key, token, rec.Fingerprint[:], int16(rec.Status), h
 	args[5], args[6], args[7], args[8], args[9] = body, rec.BodyOmitted, rec.CreatedAt, rec.CompletedAt, us
+	args[10] = raw
 	return args, nil
 }
 
@@ -558,20 +488,14 @@ func recordArgs(key, token string, rec *store.Record, retention time.Duration) (
 // store.ErrUnavailable. The background sweeper calls it every
 // WithSweepInterval; services that turn that off call it themselves.
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
-	var total int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, unavailable("sweep", err)
-		}
+	n, err := sqlcore.SweepBatches(ctx, s.sweepBatch, func(ctx context.Context) (int64, int64, error) {
 		n, err := s.db.exec(ctx, s.sql.sweep, s.sweepBatch)
-		if err != nil {
-			return total, unavailable("sweep", err)
-		}
-		total += n
-		if n < int64(s.sweepBatch) {
-			return total, nil
-		}
+		return n, n, err
+	})
+	if err != nil {
+		return n, unavailable("sweep", err)
 	}
+	return n, nil
 }
 
 // unavailable wraps a backend failure so that errors.Is finds both
@@ -590,8 +514,9 @@ func checkClaim(c store.Claim) (int64, error) {
 
 // micros returns d in whole microseconds, rounded up.
 func micros(what string, d time.Duration) (int64, error) {
-	if d <= 0 {
-		return 0, fmt.Errorf("idemkey: postgres: %s %v, want > 0", what, d)
+	us, err := sqlcore.Micros(what, d)
+	if err != nil {
+		return 0, fmt.Errorf("idemkey: postgres: %w", err)
 	}
-	return int64((d + time.Microsecond - 1) / time.Microsecond), nil
+	return us, nil
 }
