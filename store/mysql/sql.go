@@ -1,8 +1,6 @@
 package mysql
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -44,21 +42,6 @@ func hexLit(b []byte) string {
 func strLit(s string) string { return hexLit([]byte(s)) }
 
 func intLit(n int64) string { return strconv.FormatInt(n, 10) }
-
-// lockName is a named lock's name: "idemkey:" and 56 hex digits of a
-// SHA-256 over the length-prefixed parts, 64 characters, MySQL's limit.
-// Named locks are the server's, shared by every database on it, so the
-// parts start with the database and the table.
-func lockName(parts ...[]byte) string {
-	h := sha256.New()
-	var n [4]byte
-	for _, p := range parts {
-		binary.BigEndian.PutUint32(n[:], uint32(len(p)))
-		h.Write(n[:])
-		h.Write(p)
-	}
-	return "idemkey:" + hex.EncodeToString(h.Sum(nil)[:28])
-}
 
 // statements writes the store's statements for one table.
 type statements struct {
@@ -118,7 +101,7 @@ const (
 // claim is counted from its creation at the earliest, never longer than
 // its life.
 //
-// Columns: token, fingerprint, created_us, remaining life (µs), status,
+// Columns: token, fingerprint, raw_digest, created_us, remaining life (µs), status,
 // header, body, body_omitted, completed_us (of the live row, else NULL),
 // the kind of answer, whether a row (live or not) is there, the
 // connection's id, and the session's isolation level (at READ
@@ -137,7 +120,7 @@ func (q statements) claim(key, kl, fl string) string {
 
 // rowColumns are the columns of the key's row r that the claim reads, at
 // the time n.now_us.
-const rowColumns = "r.token, r.fingerprint, r.created_us, r.expires_us - IF(r.status IS NULL, GREATEST(n.now_us, r.created_us), n.now_us), r.status, r.header, r.body, r.body_omitted, r.completed_us"
+const rowColumns = "r.token, r.fingerprint, r.raw_digest, r.created_us, r.expires_us - IF(r.status IS NULL, GREATEST(n.now_us, r.created_us), n.now_us), r.status, r.header, r.body, r.body_omitted, r.completed_us"
 
 // isolation is the session's isolation level, as the server names it
 // ("READ-UNCOMMITTED", ...): MariaDB's variable is tx_isolation (which
@@ -179,8 +162,8 @@ func (q statements) insert(key, token string, fp [32]byte, lifeUS int64) string 
 // by itself.
 func (q statements) hold(key, token string, fp [32]byte, lifeUS int64) string {
 	return q.insert(key, token, fp, lifeUS) + " ON DUPLICATE KEY UPDATE token = VALUES(token), fingerprint = VALUES(fingerprint)," +
-		" created_us = VALUES(created_us), expires_us = VALUES(expires_us), status = NULL, header = NULL, body = NULL," +
-		" body_omitted = NULL, completed_us = NULL"
+		" raw_digest = NULL, created_us = VALUES(created_us), expires_us = VALUES(expires_us), status = NULL, header = NULL," +
+		" body = NULL, body_omitted = NULL, completed_us = NULL"
 }
 
 // mine reports whether the claim of token is in flight on the key as the
@@ -197,7 +180,7 @@ func (q statements) mine(key, token string) string {
 func (q statements) takeover(key, token string, fp [32]byte, lifeUS int64) string {
 	return "UPDATE " + q.t + " SET token = " + strLit(token) + ", fingerprint = " + hexLit(fp[:]) +
 		", created_us = " + nowUS + ", expires_us = " + nowUS + " + " + intLit(lifeUS) +
-		", status = NULL, header = NULL, body = NULL, body_omitted = NULL, completed_us = NULL" +
+		", raw_digest = NULL, status = NULL, header = NULL, body = NULL, body_omitted = NULL, completed_us = NULL" +
 		" WHERE k = " + strLit(key) + " AND expires_us <= " + nowUS
 }
 
@@ -212,8 +195,13 @@ func (q statements) takeover(key, token string, fp [32]byte, lifeUS int64) strin
 func (q statements) keep(key, token string, rec *store.Record, header []byte, retentionUS, claimLifeUS int64) (string, []any) {
 	var b strings.Builder
 	var args []any
-	b.WriteString("UPDATE " + q.t + " SET fingerprint = " + hexLit(rec.Fingerprint[:]) +
-		", status = " + intLit(int64(rec.Status)) + ", header = ")
+	b.WriteString("UPDATE " + q.t + " SET fingerprint = " + hexLit(rec.Fingerprint[:]) + ", raw_digest = ")
+	if rec.RawDigest == ([32]byte{}) {
+		b.WriteString("NULL")
+	} else {
+		b.WriteString(hexLit(rec.RawDigest[:]))
+	}
+	b.WriteString(", status = " + intLit(int64(rec.Status)) + ", header = ")
 	if len(header) == 0 {
 		b.WriteString("NULL")
 	} else {

@@ -327,3 +327,91 @@ func TestNewReadOnly(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestRawDigest: a record's RawDigest is kept beside its fingerprint and
+// replayed (by the plain and the transactional claim, and Inspect); a
+// record without one replays the zero digest.
+func TestRawDigest(t *testing.T) {
+	db := sharedDB(t)
+	st, _ := newStore(t, db)
+	ctx := context.Background()
+	for _, raw := range [][32]byte{{7, 7, 7}, {}} {
+		key, c := newKey(), newClaim(1)
+		_, tx := claimTx(t, st, key, c)
+		rec := record(c.Fingerprint, 201)
+		rec.RawDigest = raw
+		if err := tx.Commit(ctx, rec, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		res, _, err := st.ClaimTx(ctx, key, newClaim(1))
+		if err != nil || res.State != store.Completed || res.Record.RawDigest != raw {
+			t.Fatalf("ClaimTx replay: %v %v, raw digest %x, want %x", res.State, err, res.Record.RawDigest[:3], raw[:3])
+		}
+		if res, err = st.Claim(ctx, key, newClaim(1)); err != nil || res.Record == nil || res.Record.RawDigest != raw {
+			t.Fatalf("Claim replay: %v %v, want raw digest %x", res.State, err, raw[:3])
+		}
+		e, ok, err := st.Inspect(ctx, key)
+		if err != nil || !ok || e.Record == nil || e.Record.RawDigest != raw {
+			t.Fatalf("Inspect: %v %v %+v, want raw digest %x", ok, err, e.Record, raw[:3])
+		}
+	}
+	// A plain claim's Complete keeps it too.
+	key, c := newKey(), newClaim(1)
+	if res, err := st.Claim(ctx, key, c); err != nil || res.State != store.Claimed {
+		t.Fatal(res.State, err)
+	}
+	rec := record(c.Fingerprint, 200)
+	rec.RawDigest = [32]byte{9}
+	if err := st.Complete(ctx, key, c.Token, rec, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := st.Claim(ctx, key, newClaim(1)); err != nil || res.Record == nil || res.Record.RawDigest != rec.RawDigest {
+		t.Fatalf("Claim replay after Complete: %v %v, want raw digest 09", res.State, err)
+	}
+}
+
+// TestMigrateInPlace: a table made by the previous version (no
+// raw_digest column) is refused by New, naming Migrate, and brought up to
+// date in place by Migrate, rows kept.
+func TestMigrateInPlace(t *testing.T) {
+	db := sharedDB(t)
+	ctx := context.Background()
+	name := "idemkey_test_" + randomHex(6)
+	old, err := mysql.Schema(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The previous version's table: the same, without raw_digest.
+	column := "    -- A SHA-256 digest of that request's bytes as they were sent, kept\n" +
+		"    -- with the response (NULL while in flight, and when there is none).\n" +
+		"    raw_digest   BINARY(32)     NULL,\n"
+	if !strings.Contains(old, column) {
+		t.Fatal("the schema's raw_digest column is not as this test knows it")
+	}
+	old = strings.Replace(old, column, "", 1)
+	if _, err := db.Exec(old); err != nil {
+		t.Fatal(err)
+	}
+	dropOnCleanup(t, db, name)
+	if _, err := db.Exec("INSERT INTO `"+name+"` (k, token, fingerprint, created_us, expires_us) VALUES ('kept', 't', ?, 1, 1)", make([]byte, 32)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = mysql.New(ctx, db, mysql.WithTable(name), mysql.WithSweepInterval(0))
+	if err == nil || !strings.Contains(err.Error(), "mysql.Migrate") || !strings.Contains(err.Error(), "earlier version") {
+		t.Fatalf("New on a table of the previous version: %v, want an error naming mysql.Migrate", err)
+	}
+	for range 2 { // the second changes nothing
+		if err := mysql.Migrate(ctx, db, mysql.WithTable(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := mysql.New(ctx, db, mysql.WithTable(name), mysql.WithSweepInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM `" + name + "` WHERE raw_digest IS NULL").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("rows after Migrate: %d %v, want the one kept", n, err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkey/idemkey/internal/sqlcore"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -99,14 +100,14 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 	if _, err := checkClaim(key, c); err != nil {
 		return store.Result{}, nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return store.Result{}, nil, unavailable("claim", err)
+	callCtx, cancel, err := s.call(ctx, "claim")
+	if err != nil {
+		return store.Result{}, nil, err
 	}
-	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	life := microsOf(holdLife + c.TTL)
 	var lastErr error
-	for range maxAttempts {
+	for range sqlcore.Attempts {
 		conn, err := s.conn(callCtx, "claim")
 		if err != nil {
 			return store.Result{}, nil, err
@@ -146,9 +147,15 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 		if err != nil {
 			return store.Result{}, nil, fmt.Errorf("idemkey: mysql: claim: %w", err)
 		}
+		if res.State == store.Mine {
+			// A committed row in flight under c's token (a plain claim
+			// resent with it): ClaimTx hands out a transaction only for
+			// a claim it made.
+			res.State = store.InFlight
+		}
 		return res, nil, nil
 	}
-	return store.Result{}, nil, unavailable("claim", gaveUp(lastErr))
+	return store.Result{}, nil, unavailable("claim", sqlcore.GaveUp(lastErr))
 }
 
 // begin begins the request's transaction on conn, whose session holds the
@@ -234,10 +241,10 @@ func beginTx(callCtx, txCtx context.Context, txCancel context.CancelFunc, conn *
 // WithClientErrorWrites(true): no savepoint is needed, as there is no
 // claim to keep). The handler gets it with Tx, as it would with a key.
 func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, unavailable("begin", err)
+	callCtx, cancel, err := s.call(ctx, "begin")
+	if err != nil {
+		return nil, err
 	}
-	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	conn, err := s.conn(callCtx, "begin")
 	if err != nil {
@@ -294,23 +301,25 @@ func (t *requestTx) drop() {
 
 var _ store.Tx = (*requestTx)(nil)
 
-// watch kills the session when the claim's life is over and the request
-// has not ended: its owner stalled past the route's deadline (a handler
-// that ignores its context), and the key must not stay held by it, nor its
-// commit land after a retry could have run. The kill runs from another
-// pool connection, within WithCommitTimeout; when it cannot, the keep's
-// fence (the claim's life, on the server's clock) still refuses the late
-// commit.
+// watch arms the watchdog: at the claim's life, a request that has not
+// ended has its session killed (its owner stalled past the route's
+// deadline, in a handler that ignores its context), so that the key is
+// not held by it, nor its commit lands after a retry could have run. The
+// KILL is sent from another pool connection, within WithCommitTimeout;
+// when it cannot be, the keep's fence (the claim's life, on the server's
+// clock) still refuses the late commit.
 func (t *requestTx) watch(life time.Duration) {
-	t.timer = time.AfterFunc(life, func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if t.ended {
-			return
-		}
+	t.timer = time.AfterFunc(life, t.expire)
+}
+
+// expire is the watchdog's work.
+func (t *requestTx) expire() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.ended {
 		t.expired = true
 		t.s.kill(t.connID)
-	})
+	}
 }
 
 // NewContext returns ctx carrying the transaction, which the handler gets
