@@ -44,9 +44,11 @@
 // The handler does not commit or roll back: a kept status commits, with
 // the record, before the response goes out; a 5xx, a transient 4xx (408,
 // 409, 425, 429) or a panic rolls back and frees the key. A kept 4xx (400,
-// 404, 422, ...) keeps its answer and undoes the handler's writes, rolling
-// back to a savepoint taken before the handler ran, since clients read a
-// 4xx as "nothing happened" (WithClientErrorWrites keeps them). A COMMIT
+// 404, 422, ...) keeps its answer and undoes the handler's writes, since
+// clients read a 4xx as "nothing happened" (WithClientErrorWrites keeps
+// them): the whole transaction rolls back, and the record is then written
+// on its own, under the same fence, the claim's named locks still held
+// (no path of the store takes a SAVEPOINT). A COMMIT
 // that fails, or whose reply is lost, answers 503: the retry then replays
 // the record if it committed, or runs again if it did not.
 //
@@ -77,8 +79,7 @@
 // takes the claim's row with it while database/sql still holds the
 // *sql.Tx open, and each statement the handler sends after that commits
 // on its own. The store notices at the request's end (the keep finds no
-// row, the savepoint is gone, or, before a rollback, a read of the row):
-// it then holds the key, a claim in flight committed for 24 hours, as
+// row, or, before a rollback, a read of the row): it then holds the key, a claim in flight committed for 24 hours, as
 // after the handler's own commit, and answers 503, rather than free it
 // for a retry that would make those writes again.
 //
@@ -123,10 +124,10 @@
 // # Statements and round trips
 //
 //	path                              round trips
-//	ClaimTx: first run                 5  the row read with both GET_LOCKs; SET autocommit = 0; START TRANSACTION; the claim's INSERT (or takeover UPDATE); SAVEPOINT
+//	ClaimTx: first run                 4  the row read with both GET_LOCKs; SET autocommit = 0; START TRANSACTION; the claim's INSERT (or takeover UPDATE)
 //	handler's statements               1 each without arguments; the driver sends one with arguments as prepare and execute (2) unless interpolateParams is set
 //	Tx.Commit                          2  the fenced UPDATE that keeps the record, COMMIT; then 2 not waited for (see below)
-//	Tx.Commit of a kept 4xx            3  ROLLBACK TO SAVEPOINT first
+//	Tx.Commit of a kept 4xx            3  ROLLBACK AND CHAIN of the whole transaction; the record written on its own (an INSERT … ON DUPLICATE KEY UPDATE fenced by the key's named lock and the claim's life); COMMIT; then 2 not waited for
 //	Tx.Rollback                        3  a read that the claim's row is still the transaction's; ROLLBACK; one statement that lets go of the locks and checks the claim is not committed; then 2 not waited for (the *sql.Tx ended, autocommit turned back on)
 //	ClaimTx: replay, in flight, reused 1  the row read (and the locks tried, for a claim in flight)
 //	Claim (plain): first run           2  the same row read with the locks; the claim's INSERT or UPDATE, committed; then the locks let go of, not waited for
@@ -155,11 +156,12 @@
 // off they open a transaction of their own, which ends with the session.
 //
 // WithTxOptions with an isolation level adds one (SET TRANSACTION before
-// START TRANSACTION), WithClientErrorWrites(true) saves one (no savepoint).
-// A record whose body is over 64 KiB is kept by a prepared statement: one
-// more. A transactional first run therefore costs seven round trips
-// besides the handler's own statements, five more than the same handler
-// with a transaction of its own (START TRANSACTION and COMMIT).
+// START TRANSACTION). A record whose body is over 64 KiB is kept by a
+// prepared statement: one more. A transactional first run therefore costs
+// eight statements besides the handler's own (six waited for), six more
+// than the same handler with a transaction of its own (START TRANSACTION
+// and COMMIT); the hand-written pattern that keeps its own record in that
+// transaction (bench's my-typical) sends five.
 //
 // # Isolation
 //

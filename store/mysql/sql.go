@@ -104,8 +104,9 @@ const (
 // Columns: token, fingerprint, raw_digest, created_us, remaining life (µs), status,
 // header, body, body_omitted, completed_us (of the live row, else NULL),
 // the kind of answer, whether a row (live or not) is there, the
-// connection's id, and the session's isolation level (at READ
-// UNCOMMITTED the row read may not be committed: see committed).
+// connection's id, the session's isolation level (at READ UNCOMMITTED the
+// row read may not be committed: see committed), and the statement's
+// clock reading.
 func (q statements) claim(key, kl, fl string) string {
 	kq, fq := "'"+kl+"'", "'"+fl+"'"
 	return "SELECT " + rowColumns + ",\n" +
@@ -114,7 +115,7 @@ func (q statements) claim(key, kl, fl string) string {
 		"       WHEN NOT (GET_LOCK(" + fq + ", 0) <=> 1) THEN 3\n" +
 		"       WHEN NOT (GET_LOCK(" + kq + ", 0) <=> 1) THEN IF(RELEASE_LOCK(" + fq + ") IS NULL, 2, 2)\n" +
 		"       ELSE 1 END,\n" +
-		"  r.k IS NOT NULL, CONNECTION_ID(), " + q.isolation() + "\n" +
+		"  r.k IS NOT NULL, CONNECTION_ID(), " + q.isolation() + ", n.now_us\n" +
 		"FROM (SELECT " + nowUS + " AS now_us) n LEFT JOIN " + q.t + " r ON r.k = " + strLit(key)
 }
 
@@ -184,6 +185,35 @@ func (q statements) takeover(key, token string, fp [32]byte, lifeUS int64) strin
 		" WHERE k = " + strLit(key) + " AND expires_us <= " + nowUS
 }
 
+// recordColumns are the columns of a kept record, as recordValues gives
+// their values.
+var recordColumns = []string{"fingerprint", "raw_digest", "status", "header", "body", "body_omitted", "created_us", "completed_us"}
+
+// recordValues returns the values of rec's columns (recordColumns), as
+// literals but for a large body, which is the one argument ("?").
+func recordValues(rec *store.Record, header []byte) ([]string, []any) {
+	orNull := func(b []byte) string {
+		if len(b) == 0 {
+			return "NULL"
+		}
+		return hexLit(b)
+	}
+	raw := "NULL"
+	if rec.RawDigest != ([32]byte{}) {
+		raw = hexLit(rec.RawDigest[:])
+	}
+	body, omitted := hexLit(rec.Body), "0"
+	var args []any
+	if len(rec.Body) > bodyLiteralMax {
+		body, args = "?", []any{rec.Body}
+	}
+	if rec.BodyOmitted {
+		omitted = "1"
+	}
+	return []string{hexLit(rec.Fingerprint[:]), raw, intLit(int64(rec.Status)), orNull(header), body, omitted,
+		intLit(rec.CreatedAt.UnixMicro()), intLit(rec.CompletedAt.UnixMicro())}, args
+}
+
 // keep writes rec in place of the claim held by token. The fence is the
 // claim's: with claimLifeUS > 0, that its life (from created_us, on the
 // server's clock) is not over, for a keep inside the request's
@@ -193,41 +223,39 @@ func (q statements) takeover(key, token string, fp [32]byte, lifeUS int64) strin
 // record, with or without clientFoundRows. A large body is the statement's
 // one argument.
 func (q statements) keep(key, token string, rec *store.Record, header []byte, retentionUS, claimLifeUS int64) (string, []any) {
+	vals, args := recordValues(rec, header)
 	var b strings.Builder
-	var args []any
-	b.WriteString("UPDATE " + q.t + " SET fingerprint = " + hexLit(rec.Fingerprint[:]) + ", raw_digest = ")
-	if rec.RawDigest == ([32]byte{}) {
-		b.WriteString("NULL")
-	} else {
-		b.WriteString(hexLit(rec.RawDigest[:]))
+	b.WriteString("UPDATE " + q.t + " SET ")
+	for i, c := range recordColumns {
+		b.WriteString(c + " = " + vals[i] + ", ")
 	}
-	b.WriteString(", status = " + intLit(int64(rec.Status)) + ", header = ")
-	if len(header) == 0 {
-		b.WriteString("NULL")
-	} else {
-		b.WriteString(hexLit(header))
-	}
-	b.WriteString(", body = ")
-	if len(rec.Body) > bodyLiteralMax {
-		b.WriteString("?")
-		args = append(args, rec.Body)
-	} else {
-		b.WriteString(hexLit(rec.Body))
-	}
-	omitted := "0"
-	if rec.BodyOmitted {
-		omitted = "1"
-	}
-	b.WriteString(", body_omitted = " + omitted +
-		", created_us = " + intLit(rec.CreatedAt.UnixMicro()) +
-		", completed_us = " + intLit(rec.CompletedAt.UnixMicro()) +
-		", expires_us = " + nowUS + " + " + intLit(retentionUS) +
+	b.WriteString("expires_us = " + nowUS + " + " + intLit(retentionUS) +
 		" WHERE k = " + strLit(key) + " AND token = " + strLit(token) + " AND status IS NULL")
 	switch {
 	case claimLifeUS > 0:
 		b.WriteString(" AND created_us + " + intLit(claimLifeUS) + " > " + nowUS)
 	case claimLifeUS == 0:
 		b.WriteString(" AND expires_us > " + nowUS)
+	}
+	return b.String(), args
+}
+
+// keepAlone writes rec as the key's row, over whatever row it has, in a
+// transaction of its own after the request's rolled back (a kept 4xx
+// whose writes are undone): fenced by the claim's named lock (kl), which
+// this session must hold (so no other request holds the key, and the row
+// is the one the claim found, or its own claim committed by the
+// handler), and by the claim's life, which ends at deadlineUS on the
+// server's clock. It affects no row when fenced, one or two otherwise.
+func (q statements) keepAlone(key, kl, token string, rec *store.Record, header []byte, retentionUS, deadlineUS int64) (string, []any) {
+	vals, args := recordValues(rec, header)
+	var b strings.Builder
+	b.WriteString("INSERT INTO " + q.t + " (k, token, " + strings.Join(recordColumns, ", ") + ", expires_us) SELECT " +
+		strLit(key) + ", " + strLit(token) + ", " + strings.Join(vals, ", ") + ", " + nowUS + " + " + intLit(retentionUS) +
+		" FROM DUAL WHERE IS_USED_LOCK('" + kl + "') <=> CONNECTION_ID() AND " + nowUS + " < " + intLit(deadlineUS) +
+		" ON DUPLICATE KEY UPDATE token = VALUES(token)")
+	for _, c := range append(recordColumns, "expires_us") {
+		b.WriteString(", " + c + " = VALUES(" + c + ")")
 	}
 	return b.String(), args
 }

@@ -32,7 +32,7 @@ type Store struct {
 	timeout       time.Duration
 	commitTimeout time.Duration
 	txOptions     *sql.TxOptions
-	// undo4xx: a kept 4xx rolls the handler's writes back to a savepoint
+	// undo4xx: a kept 4xx rolls the handler's writes back
 	// (WithClientErrorWrites).
 	undo4xx    bool
 	sweepBatch int
@@ -227,6 +227,7 @@ type claimRow struct {
 	present                       bool
 	connID                        int64
 	isolation                     string
+	nowUS                         int64 // when the statement ran, on the server's clock
 }
 
 // row are the destinations of the row's columns (rowColumns).
@@ -239,7 +240,7 @@ func (r *claimRow) row() []any {
 func (s *Store) readClaim(ctx context.Context, conn *sql.Conn, key string, c store.Claim) (claimRow, error) {
 	kl, fl := s.locks(key, c.Fingerprint)
 	var r claimRow
-	err := conn.QueryRowContext(ctx, s.sql.claim(key, kl, fl)).Scan(append(r.row(), &r.kind, &r.present, &r.connID, &r.isolation)...)
+	err := conn.QueryRowContext(ctx, s.sql.claim(key, kl, fl)).Scan(append(r.row(), &r.kind, &r.present, &r.connID, &r.isolation, &r.nowUS)...)
 	if err != nil || r.kind != gotRow || r.isolation != readUncommitted {
 		return r, err
 	}
@@ -507,7 +508,6 @@ const (
 	errBadField        = 1054 // ER_BAD_FIELD_ERROR
 	errUnknownVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
 	errNoSuchThread    = 1094 // ER_NO_SUCH_THREAD
-	errNoSuchSavepoint = 1305 // ER_SP_DOES_NOT_EXIST (SAVEPOINT … does not exist)
 	errLockDeadlock    = 1213 // ER_LOCK_DEADLOCK
 	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
 	errLockNowait      = 3572 // ER_LOCK_NOWAIT (MySQL 8: NOWAIT met a lock)

@@ -20,10 +20,6 @@ import (
 // requests served at once (see the package documentation).
 var ErrPoolExhausted = errors.New("idemkey: mysql: no free pool connection within the call's budget (every connection is held by a running request: size the pool for the requests served at once)")
 
-// savepoint is taken before the handler runs, when a kept 4xx undoes the
-// handler's writes (WithClientErrorWrites).
-const savepoint = "idemkey_handler"
-
 // holdLife is the life of the claim's row in a request's transaction. The
 // row is seen by no one while the transaction runs; it matters only when
 // the handler commits the transaction itself (or runs a statement that
@@ -81,9 +77,9 @@ func Tx(ctx context.Context) *sql.Tx {
 // connection it takes from the pool for the request, and held until
 // Commit or Rollback. Its first statement reads the key's row and, when no
 // live row holds it, takes the claim's two named locks; then the
-// transaction begins, the claim's row is written in it (not committed),
-// and the handler's savepoint is taken. When the answer is not Claimed the
-// connection goes back to the pool at once, holding nothing, and tx is
+// transaction begins and the claim's row is written in it (not
+// committed). When the answer is not Claimed the connection goes back to
+// the pool at once, holding nothing, and tx is
 // nil; a live row with c's own token is reported InFlight, as ClaimTx
 // hands out a transaction only for a claim it made.
 //
@@ -208,12 +204,8 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 		s.letGo(conn, r.connID, nil, nil)
 		return nil, false, nil
 	}
-	if s.undo4xx {
-		if _, err := tx.ExecContext(callCtx, "SAVEPOINT "+savepoint); err != nil {
-			return fail(err)
-		}
-	}
-	t := &requestTx{s: s, conn: conn, tx: tx, cancel: txCancel, key: key, token: c.Token, fp: c.Fingerprint, life: c.TTL, connID: r.connID}
+	t := &requestTx{s: s, conn: conn, tx: tx, cancel: txCancel, key: key, token: c.Token, fp: c.Fingerprint, life: c.TTL,
+		deadlineUS: r.nowUS + microsOf(c.TTL), connID: r.connID}
 	t.watch(c.TTL)
 	return t, true, nil
 }
@@ -238,8 +230,7 @@ func beginTx(callCtx, txCtx context.Context, txCancel context.CancelFunc, conn *
 // Begin opens a transaction with no claim, for a request without a key on
 // a route where the key is optional: START TRANSACTION, on a connection
 // held until Commit or Rollback (which rolls back a 4xx's writes, unless
-// WithClientErrorWrites(true): no savepoint is needed, as there is no
-// claim to keep). The handler gets it with Tx, as it would with a key.
+// WithClientErrorWrites(true)). The handler gets it with Tx, as it would with a key.
 func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
 	callCtx, cancel, err := s.call(ctx, "begin")
 	if err != nil {
@@ -272,7 +263,10 @@ type requestTx struct {
 	token  string
 	fp     [32]byte      // the claim's fingerprint
 	life   time.Duration // the claim's
-	connID int64         // the session's, for KILL
+	// deadlineUS is when the claim's life ends, on the server's clock
+	// (its claim's first statement's reading, plus the life).
+	deadlineUS int64
+	connID     int64 // the session's, for KILL
 
 	mu      sync.Mutex
 	ended   bool
@@ -347,7 +341,8 @@ func (t *requestTx) end() (first, expired bool) {
 // Commit keeps rec in the transaction, fenced by the owner's token and the
 // claim's life on the server's clock, and commits: two round trips, the
 // fenced UPDATE and COMMIT (three for a kept 4xx whose writes are undone:
-// ROLLBACK TO the handler's savepoint first); the claim's locks are let go
+// the whole transaction rolled back, then the record on its own, see
+// commitAlone); the claim's locks are let go
 // of after, in the background. It returns store.ErrNotOwner when the claim
 // is no longer this request's (its life is over): the transaction is then
 // rolled back and nothing is kept. Any other error means the commit failed
@@ -394,28 +389,12 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 	}
 	if t.key == "" && t.s.undo4xx && rec.Status >= 400 {
 		// No claim to keep, and the writes are to be undone: a rollback,
-		// which needs no savepoint (Begin takes none).
+		// as Begin sends nothing else.
 		t.abort(ctx)
 		return nil
 	}
 	if t.s.undo4xx && rec.Status >= 400 {
-		_, err := t.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint)
-		switch {
-		case errors.Is(err, sql.ErrTxDone):
-			return t.commitOutside(ctx, rec, header, ret)
-		case isNumber(err, errNoSuchSavepoint):
-			// The savepoint's transaction has ended: a statement of the
-			// handler committed it (DDL, or COMMIT sent as SQL: its
-			// writes are in), or the server rolled it back.
-			if t.rowLost(ctx) {
-				return t.lost(ctx, "commit")
-			}
-			t.tx.Rollback()
-			return t.commitOutside(ctx, rec, header, ret)
-		case err != nil:
-			t.abort(ctx)
-			return unavailable("commit", err)
-		}
+		return t.commitAlone(ctx, rec, header, ret)
 	}
 	if t.key != "" {
 		stmt, args := t.s.sql.keep(t.key, t.token, rec, header, ret, microsOf(t.life))
@@ -459,6 +438,56 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 		// late (the outcome is unknown; the driver closed the
 		// connection): either way the session is not to be trusted with
 		// the claim's locks.
+		t.drop()
+		return unavailable("commit", err)
+	}
+	t.giveBack(t.tx)
+	return nil
+}
+
+// commitAlone keeps rec, a kept 4xx whose writes are undone: the request's
+// transaction rolls back whole (its claim's row with it: no savepoint),
+// and the record is written in the transaction the rollback chains,
+// fenced by the claim's named lock, which the session still holds, and by
+// its life, then committed. Three round trips, as a keep's two and the
+// rollback. The rollback also undoes what the handler wrote after a
+// statement that committed the transaction (DDL, LOCK TABLES) or after
+// the server rolled it back by itself (a deadlock's victim); what such a
+// statement committed stays, and the record is then kept over the claim
+// it committed.
+func (t *requestTx) commitAlone(ctx context.Context, rec *store.Record, header []byte, ret int64) error {
+	_, err := t.tx.ExecContext(ctx, rollbackChain)
+	switch {
+	case errors.Is(err, sql.ErrTxDone):
+		return t.commitOutside(ctx, rec, header, ret)
+	case err != nil:
+		t.drop()
+		return unavailable("commit", err)
+	}
+	kl, _ := t.s.locks(t.key, t.fp)
+	stmt, args := t.s.sql.keepAlone(t.key, kl, t.token, rec, header, ret, t.deadlineUS)
+	res, err := t.tx.ExecContext(ctx, stmt, args...)
+	if isNumber(err, errTableNotLocked) {
+		// Tables the handler locked (LOCK TABLES) refuse the record's:
+		// let go of them (what was written under them is rolled back).
+		if _, err = t.tx.ExecContext(ctx, unlockTables); err == nil {
+			res, err = t.tx.ExecContext(ctx, stmt, args...)
+		}
+	}
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	switch {
+	case err != nil:
+		t.drop()
+		return unavailable("commit", err)
+	case n == 0:
+		// Fenced: the claim's life is over. Keep nothing.
+		t.abort(ctx)
+		return store.ErrNotOwner
+	}
+	if _, err := t.tx.ExecContext(ctx, commitChain); err != nil {
 		t.drop()
 		return unavailable("commit", err)
 	}
