@@ -111,13 +111,16 @@ func TestDSN(t *testing.T) {
 		{"mysql://root@127.0.0.1:3306/test", "root@tcp(127.0.0.1:3306)/test"},
 		{"mysql://app:s%3Acret@db.internal/app", "app:s:cret@tcp(db.internal:3306)/app"},
 		{"mysql://app@[::1]:3307/app?timeout=2s", "app@tcp([::1]:3307)/app?timeout=2s"},
+		// A DSN of the driver's own passes as it is.
+		{"app:s:cret@tcp(db.internal:3306)/app?timeout=2s", "app:s:cret@tcp(db.internal:3306)/app?timeout=2s"},
+		{"root@unix(/run/mysqld/mysqld.sock)/test", "root@unix(/run/mysqld/mysqld.sock)/test"},
 	} {
 		got, err := mysql.DSN(tc.url)
 		if err != nil || got != tc.want {
 			t.Errorf("DSN(%q) = %q, %v; want %q", tc.url, got, err, tc.want)
 		}
 	}
-	for _, bad := range []string{"postgres://x@h/db", "mysql:///db", "mysql://h/a/b", "mysql://h/db?nosuchparam=%zz"} {
+	for _, bad := range []string{"postgres://x@h/db", "mysql:///db", "mysql://h/a/b", "mysql://h/db?nosuchparam=%zz", "root@tcp(h:3306)"} {
 		if got, err := mysql.DSN(bad); err == nil {
 			t.Errorf("DSN(%q) = %q, want an error", bad, got)
 		}
