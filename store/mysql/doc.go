@@ -129,11 +129,23 @@
 //	Tx.Commit                          2  the fenced UPDATE that keeps the record, COMMIT; then 2 not waited for (see below)
 //	Tx.Commit of a kept 4xx            3  ROLLBACK AND CHAIN of the whole transaction; the record written on its own (an INSERT … ON DUPLICATE KEY UPDATE fenced by the key's named lock and the claim's life); COMMIT; then 2 not waited for
 //	Tx.Rollback                        3  a read that the claim's row is still the transaction's; ROLLBACK; one statement that lets go of the locks and checks the claim is not committed; then 2 not waited for (the *sql.Tx ended, autocommit turned back on)
-//	ClaimTx: replay, in flight, reused 1  the row read (and the locks tried, for a claim in flight)
+//	ClaimTx: replay, in flight, reused 1  the row read, outside any transaction (and the locks tried, for a claim in flight); 2 on a session at READ UNCOMMITTED, whose live row is read again as committed
 //	Claim (plain): first run           2  the same row read with the locks; the claim's INSERT or UPDATE, committed; then the locks let go of, not waited for
 //	Claim (plain): replay, in flight   1
 //	Complete, Release, Extend          1  (2 when the statement changes nothing: a read tells a resent call from a lost claim)
 //	Sweep                              5 per batch: a READ COMMITTED transaction that selects with SKIP LOCKED and deletes
+//
+// No path sends SAVEPOINT (TestRoundTrips checks the statements on the
+// wire). A first run is eight statements besides the handler's: the five
+// above it waits for to claim and to commit, two in the background, and
+// the SET autocommit = 0 counted in its claim. The hand-written pattern
+// that keeps its record in the handler's transaction (BEGIN, a SELECT of
+// the key, its INSERT, the record's UPDATE, COMMIT) sends five. The three
+// more are what the guarantee costs through database/sql: autocommit off
+// (a deadlock's victim must not commit the handler's later statements on
+// their own), COMMIT sent as a bounded statement and the *sql.Tx then
+// ended by database/sql's own ROLLBACK (Commit has no context), and the
+// named locks let go of after the commit.
 //
 // The store sends COMMIT and ROLLBACK as statements bounded by the call's
 // budget, because database/sql gives a transaction's Commit and Rollback

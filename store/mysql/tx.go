@@ -79,9 +79,9 @@ func Tx(ctx context.Context) *sql.Tx {
 // live row holds it, takes the claim's two named locks; then the
 // transaction begins and the claim's row is written in it (not
 // committed). When the answer is not Claimed the connection goes back to
-// the pool at once, holding nothing, and tx is
-// nil; a live row with c's own token is reported InFlight, as ClaimTx
-// hands out a transaction only for a claim it made.
+// the pool at once, holding nothing, and tx is nil; a live row with c's
+// own token is reported InFlight, as ClaimTx hands out a transaction only
+// for a claim it made.
 //
 // The claim holds the two locks and the uncommitted row, all of which end
 // with the connection's session: an owner whose process or connection
@@ -230,7 +230,8 @@ func beginTx(callCtx, txCtx context.Context, txCancel context.CancelFunc, conn *
 // Begin opens a transaction with no claim, for a request without a key on
 // a route where the key is optional: START TRANSACTION, on a connection
 // held until Commit or Rollback (which rolls back a 4xx's writes, unless
-// WithClientErrorWrites(true)). The handler gets it with Tx, as it would with a key.
+// WithClientErrorWrites(true)). The handler gets it with Tx, as it would
+// with a key.
 func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
 	callCtx, cancel, err := s.call(ctx, "begin")
 	if err != nil {
@@ -342,8 +343,7 @@ func (t *requestTx) end() (first, expired bool) {
 // claim's life on the server's clock, and commits: two round trips, the
 // fenced UPDATE and COMMIT (three for a kept 4xx whose writes are undone:
 // the whole transaction rolled back, then the record on its own, see
-// commitAlone); the claim's locks are let go
-// of after, in the background. It returns store.ErrNotOwner when the claim
+// commitAlone); the claim's locks are let go of after, in the background. It returns store.ErrNotOwner when the claim
 // is no longer this request's (its life is over): the transaction is then
 // rolled back and nothing is kept. Any other error means the commit failed
 // or its outcome is unknown; it wraps store.ErrUnavailable. The call is
