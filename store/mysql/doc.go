@@ -136,9 +136,9 @@
 //	Sweep                              5 per batch: a READ COMMITTED transaction that selects with SKIP LOCKED and deletes
 //
 // No path sends SAVEPOINT (TestRoundTrips checks the statements on the
-// wire). A first run is eight statements besides the handler's: the five
-// above it waits for to claim and to commit, two in the background, and
-// the SET autocommit = 0 counted in its claim. The hand-written pattern
+// wire). A first run is eight statements besides the handler's: the six
+// it waits for (four to claim, two to commit) and two in the background.
+// The hand-written pattern
 // that keeps its record in the handler's transaction (BEGIN, a SELECT of
 // the key, its INSERT, the record's UPDATE, COMMIT) sends five. The three
 // more are what the guarantee costs through database/sql: autocommit off
