@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"time"
 )
 
 // Transport reports whether err is a failure of the connection itself
@@ -30,11 +29,12 @@ func StartContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, DefaultStartTimeout)
 }
 
-// Budget is what a start-up error says of its time budget: the caller's
-// deadline, or DefaultStartTimeout.
-func Budget(ctx context.Context) string {
-	if d, ok := ctx.Deadline(); ok {
-		return "the context's deadline (" + time.Until(d).Round(time.Millisecond).String() + " left)"
+// Budget is what a start-up error says of its time budget, given the
+// caller's context (before StartContext): the caller's deadline, or
+// DefaultStartTimeout.
+func Budget(caller context.Context) string {
+	if _, ok := caller.Deadline(); ok {
+		return "the context's deadline"
 	}
-	return DefaultStartTimeout.String() + " (the default start-up budget)"
+	return DefaultStartTimeout.String() + " (the default start-up budget, for a context without a deadline)"
 }

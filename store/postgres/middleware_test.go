@@ -254,6 +254,11 @@ func TestMiddlewareLapse(t *testing.T) {
 	st, table := newStore(t, pool)
 	h := &payHandler{pay: newPayments(t, pool, table), by: "server", inserted: make(chan uint32, 2), block: make(chan struct{})}
 	srv := server(t, st, h, 100*time.Millisecond)
+	// A failure below must not leave the owner's handler blocked, which
+	// would hold the server's Close (and the test) for ever.
+	var unblock sync.Once
+	release := func() { unblock.Do(func() { close(h.block) }) }
+	t.Cleanup(release)
 	key := rand.Text()
 	first := make(chan answer, 1)
 	go func() { first <- post(client, srv.URL, key, "X-Block", "1") }()
@@ -267,7 +272,7 @@ func TestMiddlewareLapse(t *testing.T) {
 		t.Fatalf("the retry after the claim lapsed: %d replayed=%v %s", retry.status, retry.replayed, retry.body)
 	}
 	<-h.inserted
-	close(h.block)
+	release()
 	a := <-first
 	t.Logf("the late owner's client got %d", a.status)
 	if a.status != http.StatusServiceUnavailable {

@@ -27,6 +27,10 @@ const (
 	// DefaultSweepBatch is how many expired rows one sweeping statement
 	// deletes at most when WithSweepBatch is not given.
 	DefaultSweepBatch = sqlcore.DefaultSweepBatch
+	// DefaultStartTimeout bounds New, NewDB, Migrate and MigrateDB when
+	// their context has no deadline (10 s): a server that accepts the
+	// connection and never answers fails start-up instead of hanging it.
+	DefaultStartTimeout = sqlcore.DefaultStartTimeout
 )
 
 // Option configures a Store (New) or names what Migrate creates. Options
@@ -169,8 +173,10 @@ func WithSweepBatch(n int) Option {
 // answers a 4xx that is kept (400, 404, 422 and the like; not the
 // transient 408, 409, 425 and 429, which roll back like a 5xx). Clients
 // read a 4xx as "nothing happened", so by default (false) the writes are
-// undone: the request's transaction rolls back to a savepoint taken before
-// the handler ran, then keeps the answer and commits. true commits them
+// undone: the request's transaction rolls back, and the answer is then
+// kept in a statement of its own, fenced as the claim was (no
+// subtransaction is opened for it; a request that took the key in between
+// wins, and the 4xx is not kept: its client gets 503). true commits them
 // with the answer, for handlers that record something on purpose when
 // they refuse (an audit row, a counter of failed attempts). 2xx and 3xx
 // answers always commit their writes.

@@ -42,6 +42,7 @@ func TestThroughPgBouncer(t *testing.T) {
 		{"KeylessRequest", TestKeylessRequestRunsInATransaction},
 		{"WaitWakes", TestWaitWakesWhenTheOwnerEnds},
 		{"MiddlewareWaitReplays", TestMiddlewareWaitReplays},
+		{"NoSubtransaction", TestNoSubtransaction},
 		// The database/sql face.
 		{"SQLTxConformance", TestSQLTxConformance},
 		{"SQLMiddlewareOneKey64", TestSQLMiddlewareOneKey64},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -188,6 +189,12 @@ func TestRoundTrips(t *testing.T) {
 	})
 	measure("Tx: Commit after writes", 1, wrote, func(v any) func() {
 		must(v.(txv).tx.Commit(ctx, record("kept", 1), time.Minute))
+		return nil
+	})
+	measure("Tx: Commit of a kept 4xx, writes undone", 1, wrote, func(v any) func() {
+		rec := record("not found", 1)
+		rec.Status = http.StatusNotFound
+		must(v.(txv).tx.Commit(ctx, rec, time.Minute))
 		return nil
 	})
 	measure("Tx: Commit without writes", 1, claimedTx, func(v any) func() {

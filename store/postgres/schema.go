@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkey/idemkey/internal/sqlcore"
 )
 
 // SchemaSQL is the table the store needs, as schema.sql in this package
@@ -78,8 +80,12 @@ func hasClaimFunc(ctx context.Context, q db, table pgx.Identifier) (bool, error)
 // concurrent CREATE TABLE IF NOT EXISTS can both try, and one fails).
 const migrateLock = 0x6964656d6b6579 // "idemkey"
 
-// Migrate creates the store's table and index in the database when they do
-// not exist, in one transaction, for services that have no migration tool.
+// Migrate creates the store's table, index and claim function in the
+// database when they do not exist, or brings those of an earlier version
+// up to date, in one transaction under an advisory lock (instances that
+// start together wait for each other), for services that have no
+// migration tool. It is bounded by ctx, or by DefaultStartTimeout when ctx
+// has no deadline; its errors name the server and database.
 // Of the options only WithTable matters; the others are accepted so that
 // the same list can be passed to New. Services with a migration tool apply
 // SchemaSQL (or what Schema returns) as a migration instead; see the
@@ -106,6 +112,9 @@ func migrate(ctx context.Context, d db, opts []Option) error {
 	if err != nil {
 		return err
 	}
+	caller := ctx
+	ctx, cancel := sqlcore.StartContext(ctx)
+	defer cancel()
 	err = d.inTx(ctx, func(tx db) error {
 		if _, err := tx.exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
 			return err
@@ -115,7 +124,7 @@ func migrate(ctx context.Context, d db, opts []Option) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("idemkey: postgres: creating table %s: %w", cfg.table.Sanitize(), err)
+		return startErr(caller, ctx, d, fmt.Errorf("idemkey: postgres: creating table %s: %w", cfg.table.Sanitize(), err))
 	}
 	return nil
 }
@@ -146,6 +155,29 @@ func checkTable(ctx context.Context, q db, table pgx.Identifier) error {
 	}
 	if !ok {
 		return fmt.Errorf("idemkey: postgres: table %s has no claim function %s as this version makes it: bring it up to date with postgres.Migrate, or apply %s again", name, claimFunc(table).Sanitize(), apply)
+	}
+	return nil
+}
+
+// ErrReadOnly is what New returns for a server on which the store cannot
+// write: a hot standby (in recovery), or one whose transactions are
+// read-only for the store's user or database
+// (default_transaction_read_only). Every claim writes, so on such a
+// server every request would be answered 503 without running.
+var ErrReadOnly = errors.New("idemkey: postgres: the server is read-only")
+
+// checkWritable fails with ErrReadOnly when the server cannot take the
+// store's writes, saying why.
+func checkWritable(ctx context.Context, q db) error {
+	var recovery, readOnly bool
+	if err := q.queryRow(ctx, "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'").Scan(&recovery, &readOnly); err != nil {
+		return fmt.Errorf("idemkey: postgres: checking that the server takes writes: %w", err)
+	}
+	switch {
+	case recovery:
+		return fmt.Errorf("%w: it is a hot standby (pg_is_in_recovery() is true); connect the store to the primary", ErrReadOnly)
+	case readOnly:
+		return fmt.Errorf("%w: its transactions are read-only for this connection (default_transaction_read_only is on, for the user, the database or the connection); turn it off for the store's connections (ALTER ROLE ... SET default_transaction_read_only = off)", ErrReadOnly)
 	}
 	return nil
 }

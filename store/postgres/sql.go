@@ -114,6 +114,33 @@ SELECT CASE WHEN n = 1 THEN true
     ELSE ('idemkey: the claim is no longer this request''s, or its life is over; rolling back (' || n || ' rows kept)')::boolean END
 FROM (SELECT count(*) AS n FROM kept) k`
 
+	// keepAloneSQL keeps the record of a 4xx whose writes are undone, in
+	// a statement of its own after the request's transaction rolled back
+	// (its claim with it): completeSQL's parameters, $12 the key's lock,
+	// $13 when the claim was made (the database's clock) and $14 its life
+	// (µs). It is fenced as the claim it stands for: it takes the key's
+	// lock, so that it writes nothing while a transaction holds the key
+	// (a request that took it once the rollback let it go wins); it
+	// writes only where no live row is (a plain claim or a record that
+	// came meanwhile wins); and only within the claim's life. It answers
+	// how many rows it kept: 1, or 0 when fenced.
+	keepAloneSQL = `WITH lock AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock($12::bigint) AS got
+), kept AS (
+    INSERT INTO T AS r (key, token, fingerprint, raw_digest, status, header, body, body_omitted,
+        created_at, completed_at, expires_at)
+    SELECT $1, $2, $3, $11, $4, $5, $6, $7, $8, $9, statement_timestamp() + $10 * interval '1 microsecond'
+    FROM lock WHERE lock.got AND statement_timestamp() < $13::timestamptz + $14 * interval '1 microsecond'
+    ON CONFLICT (key) DO UPDATE
+    SET token = excluded.token, fingerprint = excluded.fingerprint, raw_digest = excluded.raw_digest,
+        status = excluded.status, header = excluded.header, body = excluded.body,
+        body_omitted = excluded.body_omitted, created_at = excluded.created_at,
+        completed_at = excluded.completed_at, expires_at = excluded.expires_at
+    WHERE r.expires_at <= statement_timestamp()
+    RETURNING 1
+)
+SELECT count(*) FROM kept`
+
 	// waitSQL waits up to $2 milliseconds (text) for the lock $1 to be
 	// free, and lets go of it at once: it wakes the moment the transaction
 	// that holds it commits or rolls back. It answers false, without
@@ -143,8 +170,8 @@ type statements struct {
 	// what claim does with statements PostgreSQL keeps planned.
 	claimCall string
 
-	complete, release, extend, keepTx, held, sweep string
-	inspect, delete, stats                         string
+	complete, release, extend, keepTx, keepAlone, held, sweep string
+	inspect, delete, stats                                    string
 }
 
 // tableWord is the table's placeholder in the statements: T, as a word of
@@ -157,14 +184,15 @@ func newStatements(table pgx.Identifier) statements {
 	return statements{
 		claimCall: "SELECT r_kind, r_token, r_fingerprint, r_created_at, r_remaining, r_status, r_header, r_body, r_body_omitted, r_completed_at, r_same, r_raw_digest FROM " +
 			claimFunc(table).Sanitize() + "($1, $2, $3, $4, $5, $6, $7)",
-		complete: f(completeSQL),
-		release:  f(releaseSQL),
-		extend:   f(extendSQL),
-		keepTx:   f(keepTxSQL),
-		held:     f(heldSQL),
-		sweep:    f(sweepSQL),
-		inspect:  f(inspectSQL),
-		delete:   f(deleteSQL),
-		stats:    f(statsSQL),
+		complete:  f(completeSQL),
+		release:   f(releaseSQL),
+		extend:    f(extendSQL),
+		keepTx:    f(keepTxSQL),
+		keepAlone: f(keepAloneSQL),
+		held:      f(heldSQL),
+		sweep:     f(sweepSQL),
+		inspect:   f(inspectSQL),
+		delete:    f(deleteSQL),
+		stats:     f(statsSQL),
 	}
 }

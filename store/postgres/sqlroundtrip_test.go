@@ -76,8 +76,8 @@ func TestSQLRoundTrips(t *testing.T) {
 		}
 		return k
 	}
-	measure("first run: claim, insert, commit", 3+1+2, func() { firstRun(201) })
-	measure("first run, kept 4xx", 3+1+3, func() { firstRun(404) })
+	measure("first run: claim, insert, commit", 2+1+2, func() { firstRun(201) })
+	measure("first run, kept 4xx", 2+1+2, func() { firstRun(404) })
 	kept := firstRun(201)
 	measure("replay", 3, func() {
 		res, tx, err := st.ClaimTx(ctx, kept, newClaim(1))
@@ -85,7 +85,7 @@ func TestSQLRoundTrips(t *testing.T) {
 			t.Fatalf("ClaimTx of a kept key: %v %v", res.State, err)
 		}
 	})
-	measure("rollback", 3+1, func() {
+	measure("rollback", 2+1, func() {
 		res, tx, err := st.ClaimTx(ctx, newKey(), newClaim(1))
 		if err != nil || res.State != store.Claimed {
 			t.Fatalf("ClaimTx: %v %v", res.State, err)

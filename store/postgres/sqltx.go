@@ -28,8 +28,7 @@ type sqlTxKey struct{}
 // writes: a kept answer is still kept, in a statement of its own, and
 // after a 5xx or a panic the key stays held for 24 hours (repeats get
 // 409) rather than let a retry make the writes twice. Its writes are in
-// whatever it answers: a kept 4xx after its own commit keeps them too (the
-// savepoint that undoes a 4xx's writes went with the commit). One that
+// whatever it answers: a kept 4xx after its own commit keeps them too. One that
 // calls its Rollback takes its claim with it: the key is free, nothing is
 // kept and the answer is 503. Never send COMMIT or ROLLBACK as SQL through
 // it.
@@ -38,28 +37,37 @@ func SQLTx(ctx context.Context) *sql.Tx {
 	return tx
 }
 
-// claimTxSQL is ClaimTx through database/sql, within ctx (the call's
-// budget): BEGIN, the claim and the handler's savepoint are a round trip
-// each, as database/sql sends one statement at a time.
+// sqlFace runs a request's transaction on a database/sql DB, begun with
+// opts.
+type sqlFace struct {
+	s    *Store
+	db   *sql.DB
+	opts *sql.TxOptions
+}
+
+// claimTx is ClaimTx through database/sql, within ctx (the call's
+// budget): BEGIN and the claim are a round trip each, as database/sql
+// sends one statement at a time.
 //
 // The transaction is begun with a context of its own that ends at the
 // claim's life: database/sql then rolls it back (after a statement in
 // progress, which the claim's statement_timeout bounds by the same life),
 // so that an owner that stalls past the route's deadline lets go of the
 // key, and its commit keeps nothing.
-func (s *Store) claimTxSQL(ctx context.Context, key string, c store.Claim) (store.Result, store.Tx, error) {
+func (f sqlFace) claimTx(ctx context.Context, key string, c store.Claim) (store.Result, store.Tx, error) {
+	s := f.s
 	var lastErr error
 	for range maxAttempts {
-		conn, err := s.sqlDB.Conn(ctx)
+		conn, err := f.db.Conn(ctx)
 		if err != nil {
-			return store.Result{}, nil, s.noConn(ctx, err)
+			return store.Result{}, nil, f.noConn(ctx, err)
 		}
 		t := &sqlRequestTx{s: s, conn: conn, key: key, token: c.Token, life: c.TTL, lapses: time.Now().Add(c.TTL)}
 		t.ctx, t.cancel = context.WithDeadline(context.WithoutCancel(ctx), t.lapses)
 		// The driver sends BEGIN under the transaction's context: the
 		// call's budget ends it too, until the claim is made.
 		inBudget := context.AfterFunc(ctx, t.cancel)
-		t.tx, err = conn.BeginTx(t.ctx, s.sqlTxOptions)
+		t.tx, err = conn.BeginTx(t.ctx, f.opts)
 		if err != nil {
 			inBudget()
 			t.finish()
@@ -86,10 +94,10 @@ func (s *Store) claimTxSQL(ctx context.Context, key string, c store.Claim) (stor
 			go t.abandon()
 			return store.Result{}, nil, unavailable("claim", err)
 		case r.kind == kindClaimed:
-			if s.undo4xx {
-				_, err = t.tx.ExecContext(ctx, "SAVEPOINT "+savepoint)
+			if r.createdAt != nil {
+				t.claimedAt = *r.createdAt
 			}
-			if !inBudget() && err == nil {
+			if !inBudget() {
 				err = ctx.Err() // the budget ended the transaction
 			}
 			if err != nil {
@@ -109,37 +117,32 @@ func (s *Store) claimTxSQL(ctx context.Context, key string, c store.Claim) (stor
 	return store.Result{}, nil, unavailable("claim", gaveUp(lastErr))
 }
 
-// beginSQLTx is Begin through database/sql.
-func (s *Store) beginSQLTx(ctx context.Context) (store.Tx, error) {
-	conn, err := s.sqlDB.Conn(ctx)
+// begin is Begin through database/sql.
+func (f sqlFace) begin(ctx context.Context) (store.Tx, error) {
+	s := f.s
+	conn, err := f.db.Conn(ctx)
 	if err != nil {
-		return nil, s.noConn(ctx, err)
+		return nil, f.noConn(ctx, err)
 	}
 	t := &sqlRequestTx{s: s, conn: conn}
 	t.ctx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	inBudget := context.AfterFunc(ctx, t.cancel)
-	t.tx, err = conn.BeginTx(t.ctx, s.sqlTxOptions)
+	t.tx, err = conn.BeginTx(t.ctx, f.opts)
 	if err != nil {
 		inBudget()
 		t.finish()
 		return nil, unavailable("begin", err)
 	}
-	if s.undo4xx {
-		_, err = t.tx.ExecContext(ctx, "SAVEPOINT "+savepoint)
-	}
-	if !inBudget() && err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
+	if !inBudget() {
 		go t.abandon()
-		return nil, unavailable("begin", err)
+		return nil, unavailable("begin", ctx.Err())
 	}
 	return t, nil
 }
 
 // noConn is the error of a request that found no connection within ctx.
-func (s *Store) noConn(ctx context.Context, err error) error {
-	if st := s.sqlDB.Stats(); ctx.Err() != nil && st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections {
+func (f sqlFace) noConn(ctx context.Context, err error) error {
+	if st := f.db.Stats(); ctx.Err() != nil && st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections {
 		return unavailable("claim", fmt.Errorf("%w (%d of %d held): %w", ErrPoolExhausted, st.InUse, st.MaxOpenConnections, err))
 	}
 	return unavailable("claim", err)
@@ -155,6 +158,8 @@ type sqlRequestTx struct {
 	key   string
 	token string
 	life  time.Duration // the claim's
+	// claimedAt is when the claim was made, on the database's clock.
+	claimedAt time.Time
 	// lapses is when the claim's life is over. ctx, the transaction's,
 	// ends then, and database/sql then rolls the transaction back; the
 	// driver sends COMMIT and ROLLBACK under it too, so ending it sooner
@@ -218,8 +223,8 @@ func (t *sqlRequestTx) lapsed() bool { return t.key != "" && !time.Now().Before(
 
 // Commit keeps rec in the transaction, fenced by the owner's token and the
 // claim's life, and commits: the fenced UPDATE and COMMIT, a round trip
-// each (after ROLLBACK TO the handler's savepoint, for a kept 4xx whose
-// writes are undone). It answers as the pgx face's Commit does. A handler
+// each. A kept 4xx whose writes are undone rolls back and keeps its record
+// in a statement of its own, as the pgx face's does. It answers as the pgx face's Commit does. A handler
 // that committed the transaction itself (its Commit method) committed the
 // claim with its writes: the record is then kept in a statement of its
 // own. One that rolled it back took the claim with it: nothing is kept.
@@ -239,13 +244,7 @@ func (t *sqlRequestTx) Commit(ctx context.Context, rec *store.Record, retention 
 		return store.ErrNotOwner
 	}
 	if t.s.undo4xx && rec.Status >= 400 {
-		if _, err := t.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); err != nil {
-			if errors.Is(err, sql.ErrTxDone) {
-				return t.commitOutside(ctx, rec, retention)
-			}
-			t.bounded(t.tx.Rollback)
-			return unavailable("commit", err)
-		}
+		return t.keepAlone(ctx, rec, retention)
 	}
 	if t.key != "" {
 		args, err := recordArgs(t.key, t.token, rec, retention)
@@ -285,6 +284,36 @@ func (t *sqlRequestTx) Commit(ctx context.Context, rec *store.Record, retention 
 	// outcome is unknown (the reply was lost: the connection goes, which
 	// ends whatever it had open).
 	return unavailable("commit", err)
+}
+
+// keepAlone rolls back and keeps the record of a 4xx whose writes are
+// undone in a statement of its own, fenced as the pgx face's is: a round
+// trip each.
+func (t *sqlRequestTx) keepAlone(ctx context.Context, rec *store.Record, retention time.Duration) error {
+	err := t.bounded(t.tx.Rollback)
+	switch {
+	case errors.Is(err, sql.ErrTxDone) && t.lapsed():
+		return store.ErrNotOwner
+	case errors.Is(err, sql.ErrTxDone):
+		return t.commitOutside(ctx, rec, retention)
+	case err != nil:
+		return unavailable("commit", err)
+	case t.key == "":
+		return nil
+	}
+	args, err := recordArgs(t.key, t.token, rec, retention)
+	if err != nil {
+		return err
+	}
+	lock, _ := t.s.locks(t.key, rec.Fingerprint)
+	var kept int64
+	if err := t.conn.QueryRowContext(ctx, t.s.sql.keepAlone, append(args, lock, t.claimedAt, t.life.Microseconds())...).Scan(&kept); err != nil {
+		return unavailable("commit", err)
+	}
+	if kept != 1 {
+		return store.ErrNotOwner
+	}
+	return nil
 }
 
 // commitOutside keeps rec after the handler ended the transaction itself,

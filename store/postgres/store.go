@@ -21,12 +21,11 @@ import (
 // idempotency key. It is safe for concurrent use. The pool belongs to the
 // caller, who closes it after closing the Store.
 type Store struct {
-	// db runs every statement outside a request's transaction; pool
-	// (New) or sqlDB (NewDB) is the face a request's transaction runs on.
+	// db runs every statement outside a request's transaction; face
+	// runs a request's transaction (pgx's for New, database/sql's for
+	// NewDB).
 	db            db
-	pool          *pgxpool.Pool
-	sqlDB         *sql.DB
-	sqlTxOptions  *sql.TxOptions
+	face          face
 	sql           statements
 	table         string // sanitized, for messages
 	timeout       time.Duration
@@ -35,8 +34,8 @@ type Store struct {
 	// claimSQL is the claim: a call of the table's claim function.
 	claimSQL  string
 	txOptions pgx.TxOptions
-	// undo4xx: a kept 4xx rolls the handler's writes back to a savepoint
-	// (WithClientErrorWrites).
+	// undo4xx: a kept 4xx undoes the handler's writes, its record kept
+	// on its own (WithClientErrorWrites, keepAlone).
 	undo4xx       bool
 	sweepBatch    int
 	sweepInterval time.Duration
@@ -58,9 +57,13 @@ const smallPool = 10
 // says the row changed under it.
 const maxAttempts = sqlcore.Attempts
 
-// New returns a Store on pool. It checks, within ctx, that the table
-// (WithTable; default DefaultTable) exists with the schema's columns, and
-// returns an error that says how to create it when it does not. It starts
+// New returns a Store on pool. It checks, within ctx (DefaultStartTimeout,
+// 10 s, when ctx has no deadline), that the table (WithTable; default
+// DefaultTable) exists with the schema's columns and function, and returns
+// an error that says how to create it when it does not; that the server
+// takes writes (ErrReadOnly for a hot standby, or transactions read-only
+// by default); and that its advisory locks are real (ErrLocksNotReal).
+// Its errors name the server and database. It starts
 // the background sweeper unless WithSweepInterval(0) is given; Close stops
 // it. It returns an error for a nil pool and for any invalid option.
 //
@@ -75,7 +78,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	if err != nil {
 		return nil, err
 	}
-	s.pool = pool
+	s.face = pgxFace{s: s, pool: pool}
 	s.start()
 	return s, nil
 }
@@ -101,8 +104,7 @@ func NewDB(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
 	if s.txOptions.DeferrableMode != "" {
 		return nil, errors.New("idemkey: postgres: WithTxOptions: a DeferrableMode cannot be set through database/sql")
 	}
-	s.sqlDB = db
-	s.sqlTxOptions = &sql.TxOptions{Isolation: isolation(s.txOptions.IsoLevel)}
+	s.face = sqlFace{s: s, db: db, opts: &sql.TxOptions{Isolation: isolation(s.txOptions.IsoLevel)}}
 	s.start()
 	return s, nil
 }
@@ -129,11 +131,11 @@ func open(ctx context.Context, d db, opts []Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTable(ctx, d, cfg.table); err != nil {
-		return nil, err
-	}
-	if err := checkLocks(ctx, d); err != nil {
-		return nil, err
+	caller := ctx
+	ctx, cancel := sqlcore.StartContext(ctx)
+	defer cancel()
+	if err := checkServer(ctx, d, cfg.table); err != nil {
+		return nil, startErr(caller, ctx, d, err)
 	}
 	sql := newStatements(cfg.table)
 	s := &Store{
@@ -154,6 +156,34 @@ func open(ctx context.Context, d db, opts []Option) (*Store, error) {
 			"max_conns", n, "call_timeout", cfg.CallTimeout)
 	}
 	return s, nil
+}
+
+// checkServer runs New's checks: prepared statements that are not lost
+// between transactions, the table and its function, a server that is not
+// read-only, advisory locks that are real.
+func checkServer(ctx context.Context, d db, table pgx.Identifier) error {
+	// The pool's prepared statements first: where they are lost, the
+	// other checks' statements may fail with it.
+	if err := d.checkStatements(ctx); err != nil {
+		return err
+	}
+	if err := checkTable(ctx, d, table); err != nil {
+		return err
+	}
+	if err := checkWritable(ctx, d); err != nil {
+		return err
+	}
+	return checkLocks(ctx, d)
+}
+
+// startErr adds to an error of start-up (New, NewDB, Migrate, MigrateDB)
+// the server it was talking to and, when its time was up (ctx, bounded
+// from the caller's context), the budget that ran out.
+func startErr(caller, ctx context.Context, d db, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%s; start-up bounded by %s)", err, d.server(), sqlcore.Budget(caller))
+	}
+	return fmt.Errorf("%w (%s)", err, d.server())
 }
 
 // start starts the background sweeper, unless WithSweepInterval(0).

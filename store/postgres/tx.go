@@ -22,10 +22,6 @@ import (
 // for the requests served at once (see the package documentation).
 var ErrPoolExhausted = errors.New("idemkey: postgres: no free pool connection within the call's budget (every connection is held by a running request: size the pool for the requests served at once)")
 
-// savepoint is taken before the handler runs, when a kept 4xx undoes the
-// handler's writes (WithClientErrorWrites).
-const savepoint = "idemkey_handler"
-
 // ClaimTx claims key in the transaction the handler will run in, on a
 // connection it takes from the pool for the request: BEGIN and the claim
 // go out in one round trip. When the answer is Claimed it returns that
@@ -58,12 +54,29 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if s.sqlDB != nil {
-		return s.claimTxSQL(ctx, key, c)
-	}
+	return s.face.claimTx(ctx, key, c)
+}
+
+// face is how a request's transaction is run, chosen once by New (pgx,
+// pgxFace) or NewDB (database/sql, sqlFace): its claim and its keyless
+// Begin, each within the call's budget (ctx). Everything else is the
+// Store's, the same on both.
+type face interface {
+	claimTx(ctx context.Context, key string, c store.Claim) (store.Result, store.Tx, error)
+	begin(ctx context.Context) (store.Tx, error)
+}
+
+// pgxFace runs a request's transaction on a pgx pool.
+type pgxFace struct {
+	s    *Store
+	pool *pgxpool.Pool
+}
+
+func (f pgxFace) claimTx(ctx context.Context, key string, c store.Claim) (store.Result, store.Tx, error) {
+	s := f.s
 	var lastErr error
 	for range maxAttempts {
-		conn, err := s.acquire(ctx)
+		conn, err := f.acquire(ctx)
 		if err != nil {
 			return store.Result{}, nil, err
 		}
@@ -84,6 +97,9 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 			continue
 		case r.kind == kindClaimed:
 			tx := &requestTx{s: s, conn: conn, key: key, token: c.Token, life: c.TTL}
+			if r.createdAt != nil {
+				tx.claimedAt = *r.createdAt
+			}
 			tx.watch(c.TTL)
 			return store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}, tx, nil
 		}
@@ -97,8 +113,8 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 	return store.Result{}, nil, unavailable("claim", gaveUp(lastErr))
 }
 
-// claimTx sends BEGIN, the claim and the handler's savepoint on conn, in
-// one round trip, and reads the claim's answer.
+// claimTx sends BEGIN and the claim on conn, in one round trip, and reads
+// the claim's answer.
 //
 // A claim that takes nothing leaves the transaction to roll back
 // (Store.end, after the answer, not waited for). It cannot be spared: the
@@ -111,9 +127,6 @@ func (s *Store) claimTx(ctx context.Context, conn *pgxpool.Conn, key string, c s
 	b := &pgx.Batch{}
 	b.Queue(s.begin)
 	b.Queue(s.claimSQL, s.claimArgs(key, c, (holdLife+c.TTL).Microseconds())...)
-	if s.undo4xx {
-		b.Queue("SAVEPOINT " + savepoint)
-	}
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -135,37 +148,29 @@ func (s *Store) claimTx(ctx context.Context, conn *pgxpool.Conn, key string, c s
 	if err != nil {
 		return row{}, false, err
 	}
-	if s.undo4xx {
-		if _, err := br.Exec(); err != nil {
-			return row{}, false, err
-		}
-	}
 	return r, ok, br.Close()
 }
 
 // Begin opens a transaction with no claim, for a request without a key on
-// a route where the key is optional: BEGIN (and the savepoint of
-// WithClientErrorWrites) in one round trip, on a connection held until
-// Commit or Rollback. The handler gets it with Tx, as it would with a key.
+// a route where the key is optional: BEGIN, one round trip, on a
+// connection held until Commit or Rollback. The handler gets it with Tx,
+// as it would with a key.
 func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, unavailable("begin", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if s.sqlDB != nil {
-		return s.beginSQLTx(ctx)
-	}
-	conn, err := s.acquire(ctx)
+	return s.face.begin(ctx)
+}
+
+func (f pgxFace) begin(ctx context.Context) (store.Tx, error) {
+	s := f.s
+	conn, err := f.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	b := &pgx.Batch{}
-	b.Queue(s.begin)
-	if s.undo4xx {
-		b.Queue("SAVEPOINT " + savepoint)
-	}
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	if _, err := conn.Exec(ctx, s.begin, pgx.QueryExecModeSimpleProtocol); err != nil {
 		s.end(conn)
 		return nil, unavailable("begin", err)
 	}
@@ -173,13 +178,13 @@ func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
 }
 
 // acquire takes a connection from the pool within ctx.
-func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
-	conn, err := s.pool.Acquire(ctx)
+func (f pgxFace) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	conn, err := f.pool.Acquire(ctx)
 	if err == nil {
 		return conn, nil
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		st := s.pool.Stat()
+		st := f.pool.Stat()
 		return nil, unavailable("claim", fmt.Errorf("%w (%d of %d held): %w", ErrPoolExhausted, st.AcquiredConns(), st.MaxConns(), err))
 	}
 	return nil, unavailable("claim", err)
@@ -239,6 +244,8 @@ type requestTx struct {
 	key   string
 	token string
 	life  time.Duration // the claim's
+	// claimedAt is when the claim was made, on the database's clock.
+	claimedAt time.Time
 
 	mu      sync.Mutex
 	handler *handlerTx
@@ -303,8 +310,9 @@ func (t *requestTx) end() bool {
 
 // Commit keeps rec in the transaction, fenced by the owner's token and the
 // claim's life, and commits: one round trip, a pipeline of the fenced
-// UPDATE and COMMIT (after ROLLBACK TO the handler's savepoint, for a kept
-// 4xx whose writes are undone). It returns store.ErrNotOwner when the
+// UPDATE and COMMIT. A kept 4xx whose writes are undone
+// (WithClientErrorWrites(false)) rolls the transaction back instead and
+// keeps its record in a statement of its own (keepAlone). It returns store.ErrNotOwner when the
 // claim is no longer this request's (its life is over): the transaction
 // is then rolled back and nothing is kept. Any other error means the
 // commit failed or its outcome is unknown; it wraps store.ErrUnavailable.
@@ -345,11 +353,10 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 	case pc.TxStatus() == 'I':
 		return t.commitOutside(ctx, rec, retention)
 	}
-	b := &pgx.Batch{}
 	if t.s.undo4xx && rec.Status >= 400 {
-		b.Queue("ROLLBACK TO SAVEPOINT " + savepoint)
+		return t.keepAlone(ctx, rec, retention)
 	}
-	undo := b.Len()
+	b := &pgx.Batch{}
 	if t.key != "" {
 		args, err := recordArgs(t.key, t.token, rec, retention)
 		if err != nil {
@@ -361,15 +368,6 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 	}
 	b.Queue("COMMIT")
 	br := t.conn.SendBatch(ctx, b)
-	if undo == 1 {
-		if _, err := br.Exec(); err != nil {
-			// The handler released the savepoint, or the server went
-			// away: nothing committed.
-			br.Close()
-			t.rollback(ctx)
-			return unavailable("commit", err)
-		}
-	}
 	if t.key != "" {
 		var kept bool
 		if err := br.QueryRow().Scan(&kept); err != nil {
@@ -408,6 +406,53 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 		return unavailable("commit", err)
 	}
 	t.giveBack()
+	return nil
+}
+
+// keepAlone keeps the record of a 4xx whose writes are undone: it rolls
+// the transaction back, its claim with it, and keeps rec in a statement of
+// its own (keepAloneSQL), pipelined: one round trip, and no subtransaction.
+// The statement is fenced as the claim was: when another request took the
+// key once the rollback let it go (or a plain claim or a record came
+// meanwhile, or the claim's life is over), that request wins, nothing is
+// kept, and Commit returns store.ErrNotOwner. A request without a key
+// only rolls back.
+func (t *requestTx) keepAlone(ctx context.Context, rec *store.Record, retention time.Duration) error {
+	if t.key == "" {
+		if err := t.rollback(ctx); err != nil {
+			return unavailable("commit", err)
+		}
+		return nil
+	}
+	args, err := recordArgs(t.key, t.token, rec, retention)
+	if err != nil {
+		t.rollback(ctx)
+		return err
+	}
+	lock, _ := t.s.locks(t.key, rec.Fingerprint)
+	b := &pgx.Batch{}
+	b.Queue("ROLLBACK")
+	b.Queue(t.s.sql.keepAlone, append(args, lock, t.claimedAt, t.life.Microseconds())...)
+	br := t.conn.SendBatch(ctx, b)
+	var kept int64
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&kept)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		// The outcome of the keep is unknown (or it failed): the
+		// transaction is gone either way, and the connection is not to
+		// be trusted.
+		discard(t.conn)
+		return unavailable("commit", err)
+	}
+	t.giveBack()
+	if kept != 1 {
+		return store.ErrNotOwner
+	}
 	return nil
 }
 
