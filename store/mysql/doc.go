@@ -48,7 +48,11 @@
 // clients read a 4xx as "nothing happened" (WithClientErrorWrites keeps
 // them): the whole transaction rolls back, and the record is then written
 // on its own, under the same fence, the claim's named locks still held
-// (no path of the store takes a SAVEPOINT). A COMMIT
+// (no path of the store takes a SAVEPOINT). No other request can take the
+// key in between, as the session holds its locks throughout; if the
+// claim's life ran out meanwhile (another request may then have taken
+// the key, or may take it), the 4xx is simply not kept (store.ErrNotOwner:
+// the middleware answers it, and a retry runs again). A COMMIT
 // that fails, or whose reply is lost, answers 503: the retry then replays
 // the record if it committed, or runs again if it did not.
 //
