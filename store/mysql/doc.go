@@ -51,8 +51,9 @@
 // (no path of the store takes a SAVEPOINT). No other request can take the
 // key in between, as the session holds its locks throughout; if the
 // claim's life ran out meanwhile (another request may then have taken
-// the key, or may take it), the 4xx is simply not kept (store.ErrNotOwner:
-// the middleware answers it, and a retry runs again). A COMMIT
+// the key, or may take it), the 4xx is simply not kept (store.ErrNotOwner;
+// nothing of the request is committed, and that other request wins). A
+// COMMIT
 // that fails, or whose reply is lost, answers 503: the retry then replays
 // the record if it committed, or runs again if it did not.
 //
