@@ -44,15 +44,26 @@
 // The handler does not commit or roll back: a kept status commits, with
 // the record, before the response goes out; a 5xx, a transient 4xx (408,
 // 409, 425, 429) or a panic rolls back and frees the key. A kept 4xx (400,
-// 404, 422, ...) keeps its answer and undoes the handler's writes, rolling
-// back to a savepoint taken before the handler ran, since clients read a
-// 4xx as "nothing happened" (WithClientErrorWrites keeps them). A COMMIT
+// 404, 422, ...) keeps its answer and undoes the handler's writes, since
+// clients read a 4xx as "nothing happened" (WithClientErrorWrites keeps
+// them): the whole transaction rolls back, and the record is then written
+// on its own, under the same fence, the claim's named locks still held
+// (no path of the store takes a SAVEPOINT). No other request can take the
+// key in between, as the session holds its locks throughout; if the
+// claim's life ran out meanwhile (another request may then have taken
+// the key, or may take it), the 4xx is simply not kept (store.ErrNotOwner;
+// nothing of the request is committed, and that other request wins). A
+// COMMIT
 // that fails, or whose reply is lost, answers 503: the retry then replays
 // the record if it committed, or runs again if it did not.
 //
 // A *sql.Tx is a concrete type: the handler can call its Commit or
-// Rollback, and DDL (CREATE, ALTER, ...) commits it implicitly. None of
-// these makes a second run or loses a record. When the handler committed,
+// Rollback, and DDL (CREATE, ALTER, ...) and LOCK TABLES commit it
+// implicitly. None of these makes a second run or loses a record. (After
+// LOCK TABLES the store lets go of the tables, UNLOCK TABLES, which
+// commits what the handler wrote under them for a kept answer; a 5xx
+// rolls that back first. Take LOCK TABLES only if you must: it commits
+// what the handler wrote before it, with the claim.) When the handler committed,
 // its claim committed with its writes: a kept answer is still kept (in a
 // statement of its own), and after a 5xx, a panic, or the process dying,
 // the key stays held for 24 hours (repeats get 409; idemctl delete frees
@@ -73,8 +84,7 @@
 // takes the claim's row with it while database/sql still holds the
 // *sql.Tx open, and each statement the handler sends after that commits
 // on its own. The store notices at the request's end (the keep finds no
-// row, the savepoint is gone, or, before a rollback, a read of the row):
-// it then holds the key, a claim in flight committed for 24 hours, as
+// row, or, before a rollback, a read of the row): it then holds the key, a claim in flight committed for 24 hours, as
 // after the handler's own commit, and answers 503, rather than free it
 // for a retry that would make those writes again.
 //
@@ -119,16 +129,28 @@
 // # Statements and round trips
 //
 //	path                              round trips
-//	ClaimTx: first run                 5  the row read with both GET_LOCKs; SET autocommit = 0; START TRANSACTION; the claim's INSERT (or takeover UPDATE); SAVEPOINT
+//	ClaimTx: first run                 4  the row read with both GET_LOCKs; SET autocommit = 0; START TRANSACTION; the claim's INSERT (or takeover UPDATE)
 //	handler's statements               1 each without arguments; the driver sends one with arguments as prepare and execute (2) unless interpolateParams is set
 //	Tx.Commit                          2  the fenced UPDATE that keeps the record, COMMIT; then 2 not waited for (see below)
-//	Tx.Commit of a kept 4xx            3  ROLLBACK TO SAVEPOINT first
+//	Tx.Commit of a kept 4xx            3  ROLLBACK AND CHAIN of the whole transaction; the record written on its own (an INSERT … ON DUPLICATE KEY UPDATE fenced by the key's named lock and the claim's life); COMMIT; then 2 not waited for
 //	Tx.Rollback                        3  a read that the claim's row is still the transaction's; ROLLBACK; one statement that lets go of the locks and checks the claim is not committed; then 2 not waited for (the *sql.Tx ended, autocommit turned back on)
-//	ClaimTx: replay, in flight, reused 1  the row read (and the locks tried, for a claim in flight)
+//	ClaimTx: replay, in flight, reused 1  the row read, outside any transaction (and the locks tried, for a claim in flight); 2 on a session at READ UNCOMMITTED, whose live row is read again as committed
 //	Claim (plain): first run           2  the same row read with the locks; the claim's INSERT or UPDATE, committed; then the locks let go of, not waited for
 //	Claim (plain): replay, in flight   1
 //	Complete, Release, Extend          1  (2 when the statement changes nothing: a read tells a resent call from a lost claim)
 //	Sweep                              5 per batch: a READ COMMITTED transaction that selects with SKIP LOCKED and deletes
+//
+// No path sends SAVEPOINT (TestRoundTrips checks the statements on the
+// wire). A first run is eight statements besides the handler's: the six
+// it waits for (four to claim, two to commit) and two in the background.
+// The hand-written pattern
+// that keeps its record in the handler's transaction (BEGIN, a SELECT of
+// the key, its INSERT, the record's UPDATE, COMMIT) sends five. The three
+// more are what the guarantee costs through database/sql: autocommit off
+// (a deadlock's victim must not commit the handler's later statements on
+// their own), COMMIT sent as a bounded statement and the *sql.Tx then
+// ended by database/sql's own ROLLBACK (Commit has no context), and the
+// named locks let go of after the commit.
 //
 // The store sends COMMIT and ROLLBACK as statements bounded by the call's
 // budget, because database/sql gives a transaction's Commit and Rollback
@@ -151,11 +173,12 @@
 // off they open a transaction of their own, which ends with the session.
 //
 // WithTxOptions with an isolation level adds one (SET TRANSACTION before
-// START TRANSACTION), WithClientErrorWrites(true) saves one (no savepoint).
-// A record whose body is over 64 KiB is kept by a prepared statement: one
-// more. A transactional first run therefore costs seven round trips
-// besides the handler's own statements, five more than the same handler
-// with a transaction of its own (START TRANSACTION and COMMIT).
+// START TRANSACTION). A record whose body is over 64 KiB is kept by a
+// prepared statement: one more. A transactional first run therefore costs
+// eight statements besides the handler's own (six waited for), six more
+// than the same handler with a transaction of its own (START TRANSACTION
+// and COMMIT); the hand-written pattern that keeps its own record in that
+// transaction (bench's my-typical) sends five.
 //
 // # Isolation
 //
@@ -166,6 +189,17 @@
 // of the lapsed row otherwise), which takes no gap lock. Under SERIALIZABLE
 // the handler's own reads lock what they read; a commit that fails answers
 // 503 and the retry runs again.
+//
+// The claim's first read runs before any lock, outside the request's
+// transaction, at the session's level (the server's default, or one the
+// DSN sets), not at WithTxOptions'. At READ UNCOMMITTED that read can see
+// a record whose COMMIT has not landed, and may never land: a completed
+// record is trusted only once committed, so at that level a live row is
+// read again with a locking read that does not wait (LOCK IN SHARE MODE
+// NOWAIT on MariaDB, FOR SHARE NOWAIT on MySQL), which sees the row as
+// its last commit left it; a row a transaction still holds is answered in
+// flight. That costs replays and 409s one more round trip at READ
+// UNCOMMITTED only.
 //
 // # Galera and Group Replication
 //
@@ -192,10 +226,20 @@
 // That the *sql.DB may open two connections at once (the check of the
 // named locks and every watchdog's KILL need one beside the request's),
 // that the table exists with the schema's columns (else an error that says
-// to run Migrate or apply SchemaSQL), that named locks are real and shared
+// to run Migrate or apply SchemaSQL), that it takes writes (a read-only
+// server or session, read_only, super_read_only, transaction_read_only or
+// tx_read_only, innodb_read_only, is refused with ErrReadOnly, where every
+// request would answer 503), that named locks are real and shared
 // (ErrLocksNotReal), and that the server is not a Galera node (ErrGalera).
-// New also warns, through log/slog's default logger, when the pool is
-// limited to fewer than 10 connections.
+// The errors name the server (as it names itself, @@hostname and @@port)
+// and the database. New also warns, through log/slog's default logger,
+// when the pool is limited to fewer than 10 connections.
+//
+// New and Migrate are bounded by their context; when it has no deadline,
+// by DefaultStartTimeout (10 s): a server that accepts the connection and
+// never answers fails start-up with an error that says so, rather than
+// hang it. (A *sql.DB does not say where it connects, so that error can
+// name the server only as the DSN's address.)
 //
 // # Time budgets and errors
 //

@@ -15,7 +15,18 @@ import (
 // port (3306 by default). Query parameters pass through as the driver's
 // DSN parameters (for example ?tls=true&timeout=2s), and must be ones it
 // knows. The user name and password may be percent-encoded.
+//
+// A string without "://" is taken as a DSN of the driver's own
+// (user:password@tcp(host:3306)/database?param=value): it is returned as
+// it is, once the driver has parsed it, so that a service can hold either
+// form in one setting.
 func DSN(rawURL string) (string, error) {
+	if !strings.Contains(rawURL, "://") {
+		if _, err := mysql.ParseDSN(rawURL); err != nil {
+			return "", fmt.Errorf("idemkey: mysql: DSN: neither a mysql:// URL nor a DSN the driver takes: %w", err)
+		}
+		return rawURL, nil
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return "", fmt.Errorf("idemkey: mysql: DSN: %w", err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkey/idemkey/internal/sqlcore"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -16,8 +17,8 @@ var _ store.Inspector = (*Store)(nil)
 // inspect reads key's row (when there is one) and who holds its named
 // lock (kl).
 func (q statements) inspect(key, kl string) string {
-	return "SELECT r.token, r.fingerprint, r.created_us, r.expires_us, r.expires_us - IF(r.status IS NULL, GREATEST(n.now_us, r.created_us), n.now_us), r.status, r.header, r.body, r.body_omitted, r.completed_us,\n" +
-		"  LENGTH(r.k) + LENGTH(r.token) + 32 + 8 + 8 + 2 + COALESCE(LENGTH(r.header), 0) + COALESCE(LENGTH(r.body), 0) + 1 + 8,\n" +
+	return "SELECT r.token, r.fingerprint, r.raw_digest, r.created_us, r.expires_us, r.expires_us - IF(r.status IS NULL, GREATEST(n.now_us, r.created_us), n.now_us), r.status, r.header, r.body, r.body_omitted, r.completed_us,\n" +
+		"  LENGTH(r.k) + LENGTH(r.token) + 32 + 8 + 8 + 2 + COALESCE(LENGTH(r.header), 0) + COALESCE(LENGTH(r.body), 0) + COALESCE(LENGTH(r.raw_digest), 0) + 1 + 8,\n" +
 		"  IS_USED_LOCK('" + kl + "')\n" +
 		"FROM (SELECT " + nowUS + " AS now_us) n LEFT JOIN " + q.t + " r ON r.k = " + strLit(key)
 }
@@ -35,7 +36,7 @@ func (q statements) inspect(key, kl string) string {
 func (s *Store) Inspect(ctx context.Context, key string) (store.Entry, bool, error) {
 	var (
 		e                    store.Entry
-		token, fp            []byte
+		token, fp, raw       []byte
 		header, body         []byte
 		createdUS, expiresUS sql.NullInt64
 		leftUS, status       sql.NullInt64
@@ -44,7 +45,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (store.Entry, bool, err
 		holder               sql.NullInt64
 	)
 	kl, _ := s.locks(key, [32]byte{})
-	err := s.db.QueryRowContext(ctx, s.sql.inspect(key, kl)).Scan(&token, &fp, &createdUS, &expiresUS, &leftUS,
+	err := s.db.QueryRowContext(ctx, s.sql.inspect(key, kl)).Scan(&token, &fp, &raw, &createdUS, &expiresUS, &leftUS,
 		&status, &header, &body, &omitted, &completedUS, &size, &holder)
 	if err != nil {
 		return store.Entry{}, false, fmt.Errorf("idemkey: mysql: inspect: %w", err)
@@ -75,12 +76,13 @@ func (s *Store) Inspect(ctx context.Context, key string) (store.Entry, bool, err
 	}
 	rec := &store.Record{Status: int(status.Int64), Body: body, BodyOmitted: omitted.Valid && omitted.Bool,
 		Fingerprint: e.Fingerprint, CreatedAt: e.CreatedAt}
+	copy(rec.RawDigest[:], raw)
 	if completedUS.Valid {
 		rec.CompletedAt = time.UnixMicro(completedUS.Int64)
 	}
 	e.Record = rec
-	if rec.Header, err = decodeHeader(header); err != nil {
-		return e, true, err
+	if rec.Header, err = sqlcore.DecodeHeader(header); err != nil {
+		return e, true, fmt.Errorf("%w: %w", ErrUnreadable, err)
 	}
 	return e, true, nil
 }
@@ -96,14 +98,16 @@ func fence(st store.State, expiresUS int64, token string) string {
 // key held by a request's transaction has no committed row to delete: end
 // the transaction instead (KILL CONNECTION of its session).
 func (s *Store) Delete(ctx context.Context, key string, seen store.Entry) (bool, error) {
-	st, rest, ok1 := strings.Cut(seen.Fence, ":")
-	us, token, ok2 := strings.Cut(rest, ":")
-	expires, err := strconv.ParseInt(us, 10, 64)
-	if !ok1 || !ok2 || err != nil {
+	parts := strings.SplitN(seen.Fence, ":", 3)
+	if len(parts) != 3 {
 		return false, nil // not a row's entry: nothing it names can be deleted
 	}
-	kept := "0"
-	if st == strconv.Itoa(int(store.Completed)) {
+	expires, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return false, nil
+	}
+	token, kept := parts[2], "0"
+	if parts[0] == strconv.Itoa(int(store.Completed)) {
 		kept = "1"
 	}
 	res, err := s.db.ExecContext(ctx, s.sql.noWait("DELETE FROM "+s.sql.t+" WHERE k = "+strLit(key)+" AND token = "+strLit(token)+

@@ -6,52 +6,41 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/idemkey/idemkey/internal/sqlcore"
 )
 
-// Defaults of the options.
+// DefaultTable names the store's table when WithTable is not given.
+const DefaultTable = "idemkey_records"
+
+// The time budgets, and the sweeper's settings, when their option is not
+// given: DefaultCallTimeout (300 ms) bounds each Claim, ClaimTx (its wait
+// for a free pool connection too), Complete, Release, Extend and Begin;
+// DefaultCommitTimeout (1 s) each request transaction's Commit and
+// Rollback; DefaultStartTimeout (10 s) New and Migrate when their context
+// has no deadline (a server that takes the connection and never answers
+// fails start-up, rather than hang it). The sweeper runs every
+// DefaultSweepInterval (1 minute), DefaultSweepBatch (1000) rows to a
+// transaction at most.
 const (
-	// DefaultTable is the table's name when WithTable is not given.
-	DefaultTable = "idemkey_records"
-	// DefaultCallTimeout is the time budget of Claim, ClaimTx (the wait
-	// for a free connection included), Complete, Release, Extend and
-	// Begin when WithCallTimeout is not given.
-	DefaultCallTimeout = 300 * time.Millisecond
-	// DefaultCommitTimeout is the time budget of a request transaction's
-	// Commit and Rollback when WithCommitTimeout is not given.
-	DefaultCommitTimeout = time.Second
-	// DefaultSweepInterval is how often a Store deletes expired rows when
-	// WithSweepInterval is not given.
-	DefaultSweepInterval = time.Minute
-	// DefaultSweepBatch is how many expired rows one sweeping transaction
-	// deletes at most when WithSweepBatch is not given.
-	DefaultSweepBatch = 1000
+	DefaultCallTimeout, DefaultCommitTimeout, DefaultStartTimeout = sqlcore.DefaultCallTimeout, sqlcore.DefaultCommitTimeout, sqlcore.DefaultStartTimeout
+	DefaultSweepInterval, DefaultSweepBatch                       = sqlcore.DefaultSweepInterval, sqlcore.DefaultSweepBatch
 )
 
-// Option configures a Store (New) or names what Migrate creates. Options
-// are applied in order; a later option of the same kind overrides an
-// earlier one, and every invalid value (and every nil option) is reported
-// in the error New returns.
+// An Option configures New, or names the table Migrate makes. They apply
+// in order, a later one overriding an earlier one of its kind; New (and
+// Migrate) report every invalid value, and every nil Option, in one
+// error.
 type Option func(*config) error
 
 type config struct {
+	sqlcore.Config
 	schema, table string // schema "" is the connection's database
-	callTimeout   time.Duration
-	commitTimeout time.Duration
 	txOptions     *sql.TxOptions
-	sweepInterval time.Duration
-	sweepBatch    int
-	// clientErrorWrites: a kept 4xx commits the handler's writes.
-	clientErrorWrites bool
 }
 
 func defaultConfig() config {
-	return config{
-		table:         DefaultTable,
-		callTimeout:   DefaultCallTimeout,
-		commitTimeout: DefaultCommitTimeout,
-		sweepInterval: DefaultSweepInterval,
-		sweepBatch:    DefaultSweepBatch,
-	}
+	return config{Config: sqlcore.Defaults(), table: DefaultTable}
 }
 
 // WithTable sets the table the store keeps its rows in: a name, or a
@@ -77,7 +66,7 @@ func parseTable(name string) (schema, table string, err error) {
 		return "", "", fmt.Errorf("table name %q: want name or database.name", name)
 	}
 	for _, p := range parts {
-		if !plainIdentifier(p) {
+		if !sqlcore.PlainIdentifier(p, 64) {
 			return "", "", fmt.Errorf("table name %q: each part must be 1 to 64 lower-case letters, digits or underscores, not starting with a digit", name)
 		}
 	}
@@ -85,19 +74,6 @@ func parseTable(name string) (schema, table string, err error) {
 		return parts[0], parts[1], nil
 	}
 	return "", parts[0], nil
-}
-
-func plainIdentifier(s string) bool {
-	if s == "" || len(s) > 64 || ('0' <= s[0] && s[0] <= '9') {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // WithCallTimeout sets the time budget of every Claim, ClaimTx (the claim,
@@ -108,13 +84,7 @@ func plainIdentifier(s string) bool {
 // its deadline is sooner. Default DefaultCallTimeout (300 ms); d must be
 // positive.
 func WithCallTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("call timeout %v, want > 0", d)
-		}
-		c.callTimeout = d
-		return nil
-	}
+	return func(c *config) error { return c.SetCallTimeout(d) }
 }
 
 // WithCommitTimeout sets the time budget of a request transaction's Commit
@@ -126,13 +96,7 @@ func WithCallTimeout(d time.Duration) Option {
 // still applies when its deadline is sooner. Default DefaultCommitTimeout
 // (1 s); d must be positive.
 func WithCommitTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("commit timeout %v, want > 0", d)
-		}
-		c.commitTimeout = d
-		return nil
-	}
+	return func(c *config) error { return c.SetCommitTimeout(d) }
 }
 
 // WithTxOptions sets how a request's transaction begins: its isolation
@@ -167,48 +131,33 @@ func WithTxOptions(o *sql.TxOptions) Option {
 	}
 }
 
-// WithSweepInterval sets how often the Store deletes expired rows in the
-// background (see Store.Sweep), starting one interval after New; Close
-// stops it. Every instance of a service may sweep: batches skip rows
-// another transaction holds. Default DefaultSweepInterval (1 minute); 0
-// turns the background sweeper off (call Sweep yourself, for example from
-// a scheduled job); negative is an error.
+// WithSweepInterval sets the period of the background sweeper, which
+// deletes rows past their life (Store.Sweep) from one period after New
+// until Close. Sweepers of several instances do not get in each other's
+// way: each batch skips rows locked by another transaction. 0 turns it
+// off, for services that call Sweep on a schedule of their own; a
+// negative d is refused. Default DefaultSweepInterval (1 minute).
 func WithSweepInterval(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("sweep interval %v, want >= 0", d)
-		}
-		c.sweepInterval = d
-		return nil
-	}
+	return func(c *config) error { return c.SetSweepInterval(d) }
 }
 
-// WithSweepBatch sets how many expired rows one sweeping transaction
-// deletes at most, so that a sweep never holds many row locks or a long
-// transaction. Default DefaultSweepBatch (1000); n must be positive.
+// WithSweepBatch bounds the rows one sweeping transaction deletes (n, at
+// least 1; default DefaultSweepBatch, 1000): a sweep is a series of such
+// short transactions, never one that locks many rows for long.
 func WithSweepBatch(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("sweep batch %d, want >= 1", n)
-		}
-		c.sweepBatch = n
-		return nil
-	}
+	return func(c *config) error { return c.SetSweepBatch(n) }
 }
 
-// WithClientErrorWrites sets what becomes of a handler's writes when it
-// answers a 4xx that is kept (400, 404, 422 and the like; not the
-// transient 408, 409, 425 and 429, which roll back like a 5xx). Clients
-// read a 4xx as "nothing happened", so by default (false) the writes are
-// undone: the request's transaction rolls back to a savepoint taken before
-// the handler ran, then keeps the answer and commits. true commits them
-// with the answer, for handlers that record something on purpose when
-// they refuse (an audit row, a counter of failed attempts), and spares the
-// savepoint's round trip on every claim. 2xx and 3xx answers always commit
-// their writes.
+// WithClientErrorWrites decides whether a kept 4xx answer (400, 404, 422,
+// ...; the transient 408, 409, 425 and 429 roll back as a 5xx does) also
+// commits what the handler wrote. By default (false) it does not, as a
+// client takes a 4xx to mean that nothing happened: the writes are rolled
+// back and the answer kept. true keeps them with the answer, for handlers
+// that write on purpose when they refuse (an audit row, a count of failed
+// attempts). 2xx and 3xx answers commit their writes either way.
 func WithClientErrorWrites(commit bool) Option {
 	return func(c *config) error {
-		c.clientErrorWrites = commit
+		c.ClientErrorWrites = commit
 		return nil
 	}
 }

@@ -9,8 +9,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemkey/idemkey/internal/sqlcore"
 )
 
 // SchemaSQL is the table the store needs, as schema.sql in this package
@@ -24,7 +28,7 @@ var SchemaSQL string
 const indexSuffix = "_expires_us"
 
 // columns are the table's columns; New checks that the table has them all.
-const columns = "k, token, fingerprint, created_us, expires_us, status, header, body, body_omitted, completed_us"
+const columns = "k, token, fingerprint, raw_digest, created_us, expires_us, status, header, body, body_omitted, completed_us"
 
 // Schema returns SchemaSQL for the table named as WithTable takes it
 // ("name" or "database.name"), with its index named "<name>_expires_us".
@@ -47,11 +51,15 @@ func schemaFor(schema, table string) string {
 }
 
 // Migrate creates the store's table in the database when it does not
-// exist, for services that have no migration tool. Of the options only
+// exist, for services that have no migration tool, and brings a table an
+// earlier version made up to date in place (it adds the raw_digest
+// column; New refuses such a table, naming the ALTER TABLE a migration
+// tool would apply). Of the options only
 // WithTable matters; the others are accepted so that the same list can be
 // passed to New. Services with a migration tool apply SchemaSQL (or what
 // Schema returns) as a migration instead; see the package documentation.
-// (CREATE TABLE commits implicitly: run it outside a transaction.)
+// (CREATE TABLE commits implicitly: run it outside a transaction.) When
+// ctx has no deadline, Migrate is bounded by DefaultStartTimeout (10 s).
 func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if db == nil {
 		return errors.New("idemkey: mysql: nil *sql.DB")
@@ -60,10 +68,102 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if err != nil {
 		return err
 	}
+	budget := sqlcore.Budget(ctx)
+	ctx, cancel := sqlcore.StartContext(ctx)
+	defer cancel()
+	srv, err := reach(ctx, db, budget)
+	if err != nil {
+		return err
+	}
+	t := newStatements(cfg.schema, cfg.table).t
 	if _, err := db.ExecContext(ctx, schemaFor(cfg.schema, cfg.table)); err != nil {
-		return fmt.Errorf("idemkey: mysql: creating table %s: %w", newStatements(cfg.schema, cfg.table).t, err)
+		return srv.wrap(ctx, fmt.Errorf("idemkey: mysql: creating table %s: %w", t, err))
+	}
+	// A table an earlier version made has no raw_digest column: it is
+	// added in place (and only then: an up-to-date table is only read).
+	schema := "DATABASE()"
+	if cfg.schema != "" {
+		schema = "'" + cfg.schema + "'"
+	}
+	var has bool
+	err = db.QueryRowContext(ctx, "SELECT COUNT(*) > 0 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "+schema+
+		" AND TABLE_NAME = '"+cfg.table+"' AND COLUMN_NAME = 'raw_digest'").Scan(&has)
+	if err == nil && !has {
+		_, err = db.ExecContext(ctx, addRawDigest(t))
+	}
+	if err != nil {
+		return srv.wrap(ctx, fmt.Errorf("idemkey: mysql: bringing table %s up to date: %w", t, err))
 	}
 	return nil
+}
+
+// addRawDigest is the change that brings a table an earlier version made
+// up to date.
+func addRawDigest(table string) string {
+	return "ALTER TABLE " + table + " ADD COLUMN raw_digest BINARY(32) NULL AFTER fingerprint"
+}
+
+// server is what start-up learns of the server first, for its checks and
+// its messages.
+type server struct {
+	address  string // "host:port" as the server names itself
+	database string // the connection's, "" when it has none
+	version  string
+	budget   string // the start-up budget, as sqlcore.Budget says it
+}
+
+// reach asks the server who it is, within ctx. The *sql.DB does not say
+// where it connects, so a server that never answers is named by what ctx
+// allowed; one that answers names itself in every later error (wrap).
+func reach(ctx context.Context, db *sql.DB, budget string) (server, error) {
+	srv := server{budget: budget}
+	var database sql.NullString
+	var host string
+	var port int64
+	err := db.QueryRowContext(ctx, "SELECT DATABASE(), VERSION(), @@hostname, @@port").Scan(&database, &srv.version, &host, &port)
+	if err != nil {
+		if ctx.Err() != nil {
+			return srv, fmt.Errorf("idemkey: mysql: the server (the DSN's address) did not answer within the start-up budget, %s: %w", budget, err)
+		}
+		return srv, fmt.Errorf("idemkey: mysql: reaching the server (the DSN's address): %w", err)
+	}
+	srv.address = net.JoinHostPort(host, strconv.FormatInt(port, 10))
+	srv.database = database.String
+	return srv, nil
+}
+
+// wrap names the server and its database in err, and says when the
+// start-up budget ran out.
+func (srv server) wrap(ctx context.Context, err error) error {
+	where := srv.address
+	if srv.database != "" {
+		where += ", database " + srv.database
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (server %s; the start-up budget ran out: %s)", err, where, srv.budget)
+	}
+	return fmt.Errorf("%w (server %s)", err, where)
+}
+
+// ErrReadOnly is what New returns for a server, or a session, that takes
+// no writes (read_only or super_read_only for the store's user,
+// transaction_read_only / tx_read_only, innodb_read_only): every request
+// would answer 503 without running.
+var ErrReadOnly = errors.New("idemkey: mysql: the server takes no writes from this connection (read_only, super_read_only, transaction_read_only or tx_read_only, innodb_read_only): the store keeps its records there; point the DSN at the primary, or turn the setting off")
+
+// checkWrites fails with ErrReadOnly when a write to the table is refused
+// because the server or session is read-only: it sends an UPDATE that
+// matches no row (no key is empty), which the server refuses before it
+// looks for rows.
+func checkWrites(ctx context.Context, db *sql.DB, q statements) error {
+	_, err := db.ExecContext(ctx, "UPDATE "+q.t+" SET k = k WHERE k = X''")
+	switch {
+	case err == nil:
+		return nil
+	case isNumber(err, errReadOnlyOption) || isNumber(err, errReadOnlyTx) || isNumber(err, errReadOnlyInnoDB):
+		return fmt.Errorf("%w: %w", ErrReadOnly, err)
+	}
+	return fmt.Errorf("idemkey: mysql: checking that table %s takes writes: %w", q.t, err)
 }
 
 // checkTable fails unless the table exists with every column the store
@@ -79,6 +179,8 @@ func checkTable(ctx context.Context, db *sql.DB, table string) error {
 		return nil
 	case isNumber(err, errNoSuchTable):
 		return fmt.Errorf("idemkey: mysql: table %s does not exist: create it with mysql.Migrate, or apply mysql.SchemaSQL (or mysql.Schema) with your migration tool", table)
+	case isNumber(err, errBadField) && strings.Contains(err.Error(), "raw_digest"):
+		return fmt.Errorf("idemkey: mysql: table %s was made by an earlier version of the store (it has no raw_digest column): run mysql.Migrate, which adds it in place, or apply %s with your migration tool", table, addRawDigest(table))
 	case isNumber(err, errBadField):
 		return fmt.Errorf("idemkey: mysql: table %s is not the store's table (%v): compare it with mysql.SchemaSQL", table, err)
 	}

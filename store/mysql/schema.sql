@@ -11,6 +11,9 @@ CREATE TABLE IF NOT EXISTS idemkey_records (
     token        VARBINARY(128) NOT NULL,
     -- The SHA-256 fingerprint of that request, or of the kept response's.
     fingerprint  BINARY(32)     NOT NULL,
+    -- A SHA-256 digest of that request's bytes as they were sent, kept
+    -- with the response (NULL while in flight, and when there is none).
+    raw_digest   BINARY(32)     NULL,
     -- When the key was claimed, in microseconds since the Unix epoch on
     -- the server's clock; once the response is kept, the record's
     -- CreatedAt as the middleware gave it.

@@ -1,8 +1,6 @@
 package mysql
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -45,21 +43,6 @@ func strLit(s string) string { return hexLit([]byte(s)) }
 
 func intLit(n int64) string { return strconv.FormatInt(n, 10) }
 
-// lockName is a named lock's name: "idemkey:" and 56 hex digits of a
-// SHA-256 over the length-prefixed parts, 64 characters, MySQL's limit.
-// Named locks are the server's, shared by every database on it, so the
-// parts start with the database and the table.
-func lockName(parts ...[]byte) string {
-	h := sha256.New()
-	var n [4]byte
-	for _, p := range parts {
-		binary.BigEndian.PutUint32(n[:], uint32(len(p)))
-		h.Write(n[:])
-		h.Write(p)
-	}
-	return "idemkey:" + hex.EncodeToString(h.Sum(nil)[:28])
-}
-
 // statements writes the store's statements for one table.
 type statements struct {
 	t string // the table, quoted
@@ -99,6 +82,9 @@ const (
 	heldOther  = 2 // the key's lock is held, for another request
 	heldSame   = 3 // the fingerprint's lock is held: this request is in flight
 	heldByThis = 4 // this connection holds a lock already (never expected)
+	// changed: at READ UNCOMMITTED, the row read was not the committed
+	// one, which is gone or lapsed: read again (readClaim).
+	changed = 5
 )
 
 // claim reads the key's row and, when it is not live, tries the claim's
@@ -115,20 +101,54 @@ const (
 // claim is counted from its creation at the earliest, never longer than
 // its life.
 //
-// Columns: token, fingerprint, created_us, remaining life (µs), status,
+// Columns: token, fingerprint, raw_digest, created_us, remaining life (µs), status,
 // header, body, body_omitted, completed_us (of the live row, else NULL),
-// the kind of answer, whether a row (live or not) is there, and the
-// connection's id.
+// the kind of answer, whether a row (live or not) is there, the
+// connection's id, the session's isolation level (at READ UNCOMMITTED the
+// row read may not be committed: see committed), and the statement's
+// clock reading.
 func (q statements) claim(key, kl, fl string) string {
 	kq, fq := "'"+kl+"'", "'"+fl+"'"
-	return "SELECT r.token, r.fingerprint, r.created_us, r.expires_us - IF(r.status IS NULL, GREATEST(n.now_us, r.created_us), n.now_us), r.status, r.header, r.body, r.body_omitted, r.completed_us,\n" +
+	return "SELECT " + rowColumns + ",\n" +
 		"  CASE WHEN r.expires_us > n.now_us THEN 0\n" +
 		"       WHEN IS_USED_LOCK(" + kq + ") <=> CONNECTION_ID() OR IS_USED_LOCK(" + fq + ") <=> CONNECTION_ID() THEN 4\n" +
 		"       WHEN NOT (GET_LOCK(" + fq + ", 0) <=> 1) THEN 3\n" +
 		"       WHEN NOT (GET_LOCK(" + kq + ", 0) <=> 1) THEN IF(RELEASE_LOCK(" + fq + ") IS NULL, 2, 2)\n" +
 		"       ELSE 1 END,\n" +
-		"  r.k IS NOT NULL, CONNECTION_ID()\n" +
+		"  r.k IS NOT NULL, CONNECTION_ID(), " + q.isolation() + ", n.now_us\n" +
 		"FROM (SELECT " + nowUS + " AS now_us) n LEFT JOIN " + q.t + " r ON r.k = " + strLit(key)
+}
+
+// rowColumns are the columns of the key's row r that the claim reads, at
+// the time n.now_us.
+const rowColumns = "r.token, r.fingerprint, r.raw_digest, r.created_us, r.expires_us - IF(r.status IS NULL, GREATEST(n.now_us, r.created_us), n.now_us), r.status, r.header, r.body, r.body_omitted, r.completed_us"
+
+// isolation is the session's isolation level, as the server names it
+// ("READ-UNCOMMITTED", ...): MariaDB's variable is tx_isolation (which
+// its later versions keep as an alias), MySQL 8's transaction_isolation.
+func (q statements) isolation() string {
+	if q.mariadb {
+		return "@@tx_isolation"
+	}
+	return "@@transaction_isolation"
+}
+
+// readUncommitted is the level at which a read sees rows other
+// transactions have not committed.
+const readUncommitted = "READ-UNCOMMITTED"
+
+// committed reads the key's row as its last commit left it, with the
+// claim's columns and whether it is live: a locking read, which sees
+// the committed row whatever the session's isolation level, and does not
+// wait (NOWAIT) when a transaction holds the row: it fails with
+// errLockWaitTimeout (MariaDB) or errLockNowait (MySQL).
+func (q statements) committed(key string) string {
+	lock := " FOR SHARE NOWAIT"
+	if q.mariadb {
+		lock = " LOCK IN SHARE MODE NOWAIT"
+	}
+	return "SELECT " + rowColumns + ", r.expires_us > n.now_us FROM (SELECT " + nowUS + " AS now_us) n JOIN " + q.t +
+		" r ON r.k = " + strLit(key) + lock
 }
 
 // insert claims a key that has no row, with a life of lifeUS.
@@ -143,8 +163,8 @@ func (q statements) insert(key, token string, fp [32]byte, lifeUS int64) string 
 // by itself.
 func (q statements) hold(key, token string, fp [32]byte, lifeUS int64) string {
 	return q.insert(key, token, fp, lifeUS) + " ON DUPLICATE KEY UPDATE token = VALUES(token), fingerprint = VALUES(fingerprint)," +
-		" created_us = VALUES(created_us), expires_us = VALUES(expires_us), status = NULL, header = NULL, body = NULL," +
-		" body_omitted = NULL, completed_us = NULL"
+		" raw_digest = NULL, created_us = VALUES(created_us), expires_us = VALUES(expires_us), status = NULL, header = NULL," +
+		" body = NULL, body_omitted = NULL, completed_us = NULL"
 }
 
 // mine reports whether the claim of token is in flight on the key as the
@@ -161,8 +181,37 @@ func (q statements) mine(key, token string) string {
 func (q statements) takeover(key, token string, fp [32]byte, lifeUS int64) string {
 	return "UPDATE " + q.t + " SET token = " + strLit(token) + ", fingerprint = " + hexLit(fp[:]) +
 		", created_us = " + nowUS + ", expires_us = " + nowUS + " + " + intLit(lifeUS) +
-		", status = NULL, header = NULL, body = NULL, body_omitted = NULL, completed_us = NULL" +
+		", raw_digest = NULL, status = NULL, header = NULL, body = NULL, body_omitted = NULL, completed_us = NULL" +
 		" WHERE k = " + strLit(key) + " AND expires_us <= " + nowUS
+}
+
+// recordColumns are the columns of a kept record, as recordValues gives
+// their values.
+var recordColumns = []string{"fingerprint", "raw_digest", "status", "header", "body", "body_omitted", "created_us", "completed_us"}
+
+// recordValues returns the values of rec's columns (recordColumns), as
+// literals but for a large body, which is the one argument ("?").
+func recordValues(rec *store.Record, header []byte) ([]string, []any) {
+	orNull := func(b []byte) string {
+		if len(b) == 0 {
+			return "NULL"
+		}
+		return hexLit(b)
+	}
+	raw := "NULL"
+	if rec.RawDigest != ([32]byte{}) {
+		raw = hexLit(rec.RawDigest[:])
+	}
+	body, omitted := hexLit(rec.Body), "0"
+	var args []any
+	if len(rec.Body) > bodyLiteralMax {
+		body, args = "?", []any{rec.Body}
+	}
+	if rec.BodyOmitted {
+		omitted = "1"
+	}
+	return []string{hexLit(rec.Fingerprint[:]), raw, intLit(int64(rec.Status)), orNull(header), body, omitted,
+		intLit(rec.CreatedAt.UnixMicro()), intLit(rec.CompletedAt.UnixMicro())}, args
 }
 
 // keep writes rec in place of the claim held by token. The fence is the
@@ -174,36 +223,39 @@ func (q statements) takeover(key, token string, fp [32]byte, lifeUS int64) strin
 // record, with or without clientFoundRows. A large body is the statement's
 // one argument.
 func (q statements) keep(key, token string, rec *store.Record, header []byte, retentionUS, claimLifeUS int64) (string, []any) {
+	vals, args := recordValues(rec, header)
 	var b strings.Builder
-	var args []any
-	b.WriteString("UPDATE " + q.t + " SET fingerprint = " + hexLit(rec.Fingerprint[:]) +
-		", status = " + intLit(int64(rec.Status)) + ", header = ")
-	if len(header) == 0 {
-		b.WriteString("NULL")
-	} else {
-		b.WriteString(hexLit(header))
+	b.WriteString("UPDATE " + q.t + " SET ")
+	for i, c := range recordColumns {
+		b.WriteString(c + " = " + vals[i] + ", ")
 	}
-	b.WriteString(", body = ")
-	if len(rec.Body) > bodyLiteralMax {
-		b.WriteString("?")
-		args = append(args, rec.Body)
-	} else {
-		b.WriteString(hexLit(rec.Body))
-	}
-	omitted := "0"
-	if rec.BodyOmitted {
-		omitted = "1"
-	}
-	b.WriteString(", body_omitted = " + omitted +
-		", created_us = " + intLit(rec.CreatedAt.UnixMicro()) +
-		", completed_us = " + intLit(rec.CompletedAt.UnixMicro()) +
-		", expires_us = " + nowUS + " + " + intLit(retentionUS) +
+	b.WriteString("expires_us = " + nowUS + " + " + intLit(retentionUS) +
 		" WHERE k = " + strLit(key) + " AND token = " + strLit(token) + " AND status IS NULL")
 	switch {
 	case claimLifeUS > 0:
 		b.WriteString(" AND created_us + " + intLit(claimLifeUS) + " > " + nowUS)
 	case claimLifeUS == 0:
 		b.WriteString(" AND expires_us > " + nowUS)
+	}
+	return b.String(), args
+}
+
+// keepAlone writes rec as the key's row, over whatever row it has, in a
+// transaction of its own after the request's rolled back (a kept 4xx
+// whose writes are undone): fenced by the claim's named lock (kl), which
+// this session must hold (so no other request holds the key, and the row
+// is the one the claim found, or its own claim committed by the
+// handler), and by the claim's life, which ends at deadlineUS on the
+// server's clock. It affects no row when fenced, one or two otherwise.
+func (q statements) keepAlone(key, kl, token string, rec *store.Record, header []byte, retentionUS, deadlineUS int64) (string, []any) {
+	vals, args := recordValues(rec, header)
+	var b strings.Builder
+	b.WriteString("INSERT INTO " + q.t + " (k, token, " + strings.Join(recordColumns, ", ") + ", expires_us) SELECT " +
+		strLit(key) + ", " + strLit(token) + ", " + strings.Join(vals, ", ") + ", " + nowUS + " + " + intLit(retentionUS) +
+		" FROM DUAL WHERE IS_USED_LOCK('" + kl + "') <=> CONNECTION_ID() AND " + nowUS + " < " + intLit(deadlineUS) +
+		" ON DUPLICATE KEY UPDATE token = VALUES(token)")
+	for _, c := range append(recordColumns, "expires_us") {
+		b.WriteString(", " + c + " = VALUES(" + c + ")")
 	}
 	return b.String(), args
 }

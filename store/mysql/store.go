@@ -1,14 +1,13 @@
 package mysql
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +16,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkey/idemkey/internal/option"
-	"github.com/idemkey/idemkey/internal/sweep"
+	"github.com/idemkey/idemkey/internal/sqlcore"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -33,14 +32,12 @@ type Store struct {
 	timeout       time.Duration
 	commitTimeout time.Duration
 	txOptions     *sql.TxOptions
-	// undo4xx: a kept 4xx rolls the handler's writes back to a savepoint
+	// undo4xx: a kept 4xx rolls the handler's writes back
 	// (WithClientErrorWrites).
 	undo4xx    bool
 	sweepBatch int
 
-	stop      chan struct{}
-	stopOnce  sync.Once
-	sweepDone chan struct{}
+	sweeper sqlcore.Sweeper
 	// bg runs the work left to do in the background (letting go of a
 	// claim's locks after its commit): Close waits for it.
 	bg background
@@ -106,12 +103,6 @@ var (
 // smallPool is the pool size under which New warns.
 const smallPool = 10
 
-// maxAttempts bounds how often one call starts again when the answer says
-// the key changed under it (a claim racing another, a takeover lost) or
-// its connection died: each attempt sees a state that settled after the
-// last, so a few are plenty.
-const maxAttempts = 5
-
 // Limits of what the table's columns hold: a longer value is refused
 // before it is sent, so that a server in a lax sql_mode never truncates it.
 const (
@@ -121,9 +112,14 @@ const (
 
 // New returns a Store on db. It checks, within ctx, that the table
 // (WithTable; default DefaultTable) exists with the schema's columns (and
-// says how to create it when it does not), that the server's named locks
-// are real and shared by its sessions (else ErrLocksNotReal), and that the
-// server is not a node of a Galera cluster (ErrGalera). It warns, through
+// says how to create it when it does not), that the table takes writes
+// from db's sessions (else ErrReadOnly: a read-only server or session),
+// that the server's named locks are real and shared by its sessions (else
+// ErrLocksNotReal), and that the server is not a node of a Galera cluster
+// (ErrGalera); its errors name the server and the database. When ctx has
+// no deadline, the checks are bounded by DefaultStartTimeout (10 s), so
+// that a server that accepts the connection and never answers fails
+// start-up rather than hang it. It warns, through
 // log/slog's default logger, when db's pool is limited to fewer than 10
 // connections. It starts the background sweeper unless
 // WithSweepInterval(0) is given; Close stops it. It returns an error for a
@@ -145,55 +141,49 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
 		// a second connection while one is held.
 		return nil, errors.New("idemkey: mysql: the *sql.DB is limited to one connection (SetMaxOpenConns(1)): the store needs at least two, and one per request served at once")
 	}
+	budget := sqlcore.Budget(ctx)
+	ctx, cancel := sqlcore.StartContext(ctx)
+	defer cancel()
+	srv, err := reach(ctx, db, budget)
+	if err != nil {
+		return nil, err
+	}
 	schema := cfg.schema
 	if schema == "" {
-		var cur sql.NullString
-		if err := db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&cur); err != nil {
-			return nil, fmt.Errorf("idemkey: mysql: reading the connection's database: %w", err)
+		if srv.database == "" {
+			return nil, fmt.Errorf("idemkey: mysql: the connection to %s has no database: name one in the DSN, or qualify the table (WithTable(\"database.%s\"))", srv.address, cfg.table)
 		}
-		if !cur.Valid || cur.String == "" {
-			return nil, fmt.Errorf("idemkey: mysql: the connection has no database: name one in the DSN, or qualify the table (WithTable(\"database.%s\"))", cfg.table)
-		}
-		schema = cur.String
+		schema = srv.database
 	}
 	s := &Store{
 		db:            db,
 		sql:           newStatements(cfg.schema, cfg.table),
 		schema:        schema,
 		table:         cfg.table,
-		timeout:       cfg.callTimeout,
-		commitTimeout: cfg.commitTimeout,
-		bg:            background{limit: 2 * cfg.commitTimeout}, // a ROLLBACK, then the locks let go of
+		timeout:       cfg.CallTimeout,
+		commitTimeout: cfg.CommitTimeout,
+		bg:            background{limit: 2 * cfg.CommitTimeout}, // a ROLLBACK, then the locks let go of
 		txOptions:     cfg.txOptions,
-		undo4xx:       !cfg.clientErrorWrites,
-		sweepBatch:    cfg.sweepBatch,
-		stop:          make(chan struct{}),
-		sweepDone:     make(chan struct{}),
+		undo4xx:       !cfg.ClientErrorWrites,
+		sweepBatch:    cfg.SweepBatch,
 	}
 	s.name = s.sql.t
-	var version string
-	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-		return nil, fmt.Errorf("idemkey: mysql: reading the server's version: %w", err)
-	}
-	s.sql.mariadb = strings.Contains(version, "MariaDB")
-	if err := checkTable(ctx, db, s.sql.t); err != nil {
-		return nil, err
-	}
-	if err := checkGalera(ctx, db); err != nil {
-		return nil, err
-	}
-	if err := checkLocks(ctx, db); err != nil {
-		return nil, err
+	s.sql.mariadb = strings.Contains(srv.version, "MariaDB")
+	for _, check := range []func() error{
+		func() error { return checkTable(ctx, db, s.sql.t) },
+		func() error { return checkWrites(ctx, db, s.sql) },
+		func() error { return checkGalera(ctx, db) },
+		func() error { return checkLocks(ctx, db) },
+	} {
+		if err := check(); err != nil {
+			return nil, srv.wrap(ctx, err)
+		}
 	}
 	if n := db.Stats().MaxOpenConnections; n > 0 && n < smallPool {
 		slog.Warn("idemkey: mysql: the pool is small for transactional requests: each holds a connection for its handler's whole run, so at most this many run at once, and the rest are answered 503 once the call's budget has passed waiting for one; size the pool for the requests served at once (db.SetMaxOpenConns)",
-			"max_open_conns", n, "call_timeout", cfg.callTimeout)
+			"max_open_conns", n, "call_timeout", cfg.CallTimeout)
 	}
-	if cfg.sweepInterval > 0 {
-		go sweep.Every(cfg.sweepInterval, s.stop, s.sweepDone, s.Sweep, "idemkey: mysql: sweeping expired rows failed", "table", s.name)
-	} else {
-		close(s.sweepDone)
-	}
+	s.sweeper.Start(cfg.SweepInterval, s.Sweep, "idemkey: mysql: sweeping expired rows failed", "table", s.name)
 	return s, nil
 }
 
@@ -209,8 +199,7 @@ func newConfig(opts []Option) (config, error) {
 // and for the background work of requests that have ended, to finish. It
 // does not close the *sql.DB. It is safe to call more than once.
 func (s *Store) Close() error {
-	s.stopOnce.Do(func() { close(s.stop) })
-	<-s.sweepDone
+	s.sweeper.Stop()
 	s.bg.close()
 	return nil
 }
@@ -221,90 +210,88 @@ func (s *Store) Table() string { return s.name }
 // locks returns the names of a claim's two named locks: the key's, and
 // the key's with the request's fingerprint.
 func (s *Store) locks(key string, fp [32]byte) (kl, fl string) {
-	kl = lockName([]byte(s.schema), []byte(s.table), []byte(key))
-	fl = lockName([]byte(s.schema), []byte(s.table), []byte(key), fp[:])
+	kl = sqlcore.LockName([]byte(s.schema), []byte(s.table), []byte(key))
+	fl = sqlcore.LockName([]byte(s.schema), []byte(s.table), []byte(key), fp[:])
 	return kl, fl
 }
 
 // claimRow is the answer of the claim's first statement.
 type claimRow struct {
-	token, fingerprint []byte
-	createdUS, leftUS  sql.NullInt64
-	status             sql.NullInt64
-	header, body       []byte
-	omitted            sql.NullBool
-	completedUS        sql.NullInt64
-	kind               int64
-	present            bool
-	connID             int64
+	token, fingerprint, rawDigest []byte
+	createdUS, leftUS             sql.NullInt64
+	status                        sql.NullInt64
+	header, body                  []byte
+	omitted                       sql.NullBool
+	completedUS                   sql.NullInt64
+	kind                          int64
+	present                       bool
+	connID                        int64
+	isolation                     string
+	nowUS                         int64 // when the statement ran, on the server's clock
+}
+
+// row are the destinations of the row's columns (rowColumns).
+func (r *claimRow) row() []any {
+	return []any{&r.token, &r.fingerprint, &r.rawDigest, &r.createdUS, &r.leftUS,
+		&r.status, &r.header, &r.body, &r.omitted, &r.completedUS}
 }
 
 // readClaim runs the claim's first statement on conn.
 func (s *Store) readClaim(ctx context.Context, conn *sql.Conn, key string, c store.Claim) (claimRow, error) {
 	kl, fl := s.locks(key, c.Fingerprint)
 	var r claimRow
-	err := conn.QueryRowContext(ctx, s.sql.claim(key, kl, fl)).Scan(&r.token, &r.fingerprint, &r.createdUS, &r.leftUS,
-		&r.status, &r.header, &r.body, &r.omitted, &r.completedUS, &r.kind, &r.present, &r.connID)
+	err := conn.QueryRowContext(ctx, s.sql.claim(key, kl, fl)).Scan(append(r.row(), &r.kind, &r.present, &r.connID, &r.isolation, &r.nowUS)...)
+	if err != nil || r.kind != gotRow || r.isolation != readUncommitted {
+		return r, err
+	}
+	// The session reads rows no one has committed: a record kept by a
+	// transaction whose COMMIT has not landed (and may never land) is
+	// not to be replayed, nor a claim written in one trusted. The row is
+	// read again as committed; one a transaction holds is in flight.
+	var live bool
+	err = conn.QueryRowContext(ctx, s.sql.committed(key)).Scan(append(r.row(), &live)...)
+	switch {
+	case isNumber(err, errLockWaitTimeout) || isNumber(err, errLockNowait):
+		r.kind = heldOther
+		if bytes.Equal(r.fingerprint, c.Fingerprint[:]) {
+			r.kind = heldSame
+		}
+		return r, nil
+	case errors.Is(err, sql.ErrNoRows) || err == nil && !live:
+		// What was read is gone, or lapsed: read it all again.
+		r.kind = changed
+		return r, nil
+	}
 	return r, err
 }
 
-// result reads the answer of a claim that did not take the key.
+// result is the answer of a claim that did not take the key: what its
+// first statement found (sqlcore.Found.Result). A row this version cannot
+// read is an error wrapping ErrUnreadable.
 func (r *claimRow) result(c store.Claim) (store.Result, error) {
-	var res store.Result
+	f := sqlcore.Found{Kind: sqlcore.Row}
 	switch r.kind {
-	case heldSame, heldOther:
-		// The holder's claim is not committed (or is being made): what is
-		// known of it is whether its request is this one.
-		res.State, res.Fingerprint = store.InFlight, c.Fingerprint
-		if r.kind == heldOther {
-			res.Fingerprint = another(c.Fingerprint)
-		}
-		res.ClaimedAt, res.TTL = time.Now(), c.TTL
-		return res, nil
+	case heldSame:
+		f.Kind = sqlcore.HeldSame
+	case heldOther:
+		f.Kind = sqlcore.HeldOther
 	case gotRow:
+		f.Token, f.Fingerprint, f.RawDigest = string(r.token), r.fingerprint, r.rawDigest
+		f.CreatedAt = time.UnixMicro(r.createdUS.Int64)
+		f.Remaining = time.Duration(r.leftUS.Int64) * time.Microsecond
+		f.Kept, f.Status, f.Header, f.Body = r.status.Valid, int(r.status.Int64), r.header, r.body
+		f.BodyOmitted = r.omitted.Valid && r.omitted.Bool
+		if r.completedUS.Valid {
+			f.CompletedAt = time.UnixMicro(r.completedUS.Int64)
+		}
 	default:
-		return res, fmt.Errorf("unexpected answer %d", r.kind)
+		return store.Result{}, fmt.Errorf("unexpected answer %d", r.kind)
 	}
-	if len(r.fingerprint) != len(res.Fingerprint) {
-		return res, fmt.Errorf("%w: fingerprint of %d bytes", ErrUnreadable, len(r.fingerprint))
-	}
-	copy(res.Fingerprint[:], r.fingerprint)
-	if !r.status.Valid {
-		res.State = store.InFlight
-		res.TTL = time.Duration(r.leftUS.Int64) * time.Microsecond
-		res.ClaimedAt = time.UnixMicro(r.createdUS.Int64)
-		return res, nil
-	}
-	h, err := decodeHeader(r.header)
+	res, err := f.Result(c)
 	if err != nil {
-		return store.Result{}, err
+		return store.Result{}, fmt.Errorf("%w: %w", ErrUnreadable, err)
 	}
-	body := r.body
-	if body == nil {
-		body = []byte{}
-	}
-	rec := &store.Record{
-		Status:      int(r.status.Int64),
-		Header:      h,
-		Body:        body,
-		BodyOmitted: r.omitted.Valid && r.omitted.Bool,
-		Fingerprint: res.Fingerprint,
-		CreatedAt:   time.UnixMicro(r.createdUS.Int64),
-	}
-	if r.completedUS.Valid {
-		rec.CompletedAt = time.UnixMicro(r.completedUS.Int64)
-	}
-	res.State, res.Record = store.Completed, rec
 	return res, nil
-}
-
-// another returns a fingerprint that is not fp: what an answer InFlight
-// carries for a holder known only to have another request's.
-func another(fp [32]byte) [32]byte {
-	for i := range fp {
-		fp[i] = ^fp[i]
-	}
-	return fp
 }
 
 // conn takes a connection from the pool within ctx.
@@ -347,13 +334,13 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	if err != nil {
 		return store.Result{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return store.Result{}, unavailable("claim", err)
+	ctx, cancel, err := s.call(ctx, "claim")
+	if err != nil {
+		return store.Result{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var lastErr error
-	for attempt := 1; attempt <= maxAttempts; attempt++ {
+	for attempt := 1; attempt <= sqlcore.Attempts; attempt++ {
 		conn, err := s.conn(ctx, "claim")
 		if err != nil {
 			return store.Result{}, err
@@ -372,8 +359,11 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 			s.discard(conn, r.connID)
 			lastErr = errors.New("a pooled connection held a named lock of the store")
 			continue
+		case changed:
+			conn.Close()
+			continue
 		case heldSame, heldOther:
-			if wait := waitFor(ctx); attempt < maxAttempts && wait > 0 {
+			if wait := waitFor(ctx); attempt < sqlcore.Attempts && wait > 0 {
 				// Most likely another plain claim being made: wait a
 				// moment for it to let go, then ask again for its row.
 				// (A transaction's owner holds the key far longer: then
@@ -427,12 +417,9 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 		if err != nil {
 			return store.Result{}, fmt.Errorf("idemkey: mysql: claim: %w", err)
 		}
-		if res.State == store.InFlight && r.kind == gotRow && string(r.token) == c.Token {
-			return store.Result{State: store.Mine, Fingerprint: res.Fingerprint}, nil
-		}
 		return res, nil
 	}
-	return store.Result{}, unavailable("claim", gaveUp(lastErr))
+	return store.Result{}, unavailable("claim", sqlcore.GaveUp(lastErr))
 }
 
 // waitFor is how long a plain claim that met a key being claimed waits
@@ -514,15 +501,6 @@ func (s *Store) kill(connID int64) error {
 	return nil
 }
 
-// gaveUp is the error of a call that ran out of attempts: the last
-// failure, or the key changing under every attempt.
-func gaveUp(lastErr error) error {
-	if lastErr != nil {
-		return lastErr
-	}
-	return errors.New("the key kept changing while it was claimed")
-}
-
 // MySQL's error numbers the store tells apart.
 const (
 	errDupKey          = 1062 // ER_DUP_ENTRY
@@ -530,9 +508,13 @@ const (
 	errBadField        = 1054 // ER_BAD_FIELD_ERROR
 	errUnknownVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
 	errNoSuchThread    = 1094 // ER_NO_SUCH_THREAD
-	errNoSuchSavepoint = 1305 // ER_SP_DOES_NOT_EXIST (SAVEPOINT … does not exist)
 	errLockDeadlock    = 1213 // ER_LOCK_DEADLOCK
 	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
+	errLockNowait      = 3572 // ER_LOCK_NOWAIT (MySQL 8: NOWAIT met a lock)
+	errTableNotLocked  = 1100 // ER_TABLE_NOT_LOCKED (a statement outside the tables LOCK TABLES took)
+	errReadOnlyOption  = 1290 // ER_OPTION_PREVENTS_STATEMENT (read_only, super_read_only)
+	errReadOnlyTx      = 1792 // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+	errReadOnlyInnoDB  = 1874 // ER_INNODB_READ_ONLY (innodb_read_only)
 )
 
 // isNumber reports whether err is the server's error number n.
@@ -553,11 +535,7 @@ func connLost(ctx context.Context, err error) bool {
 	if _, ok := errors.AsType[*mysql.MySQLError](err); ok {
 		return false // the server answered
 	}
-	if _, ok := errors.AsType[*net.OpError](err); ok {
-		return true
-	}
-	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+	return sqlcore.Transport(err) || errors.Is(err, mysql.ErrInvalidConn)
 }
 
 // Complete replaces the claim held by token with rec, kept for retention
@@ -572,10 +550,10 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	if err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return unavailable("complete", err)
+	ctx, cancel, err := s.call(ctx, "complete")
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	stmt, args := s.sql.keep(key, token, rec, header, ret, 0)
 	return s.owned(ctx, "complete", s.sql.noWait(stmt), args, key, token, func(st rowState) (bool, error) {
@@ -599,10 +577,10 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if token == "" {
 		return errors.New("idemkey: mysql: release: empty owner token")
 	}
-	if err := ctx.Err(); err != nil {
-		return unavailable("release", err)
+	ctx, cancel, err := s.call(ctx, "release")
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	return s.owned(ctx, "release", s.sql.noWait(s.sql.release(key, token)), nil, key, token, func(st rowState) (bool, error) {
 		switch {
@@ -623,10 +601,10 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	if ttl <= 0 {
 		return fmt.Errorf("idemkey: mysql: claim TTL %v, want > 0", ttl)
 	}
-	if err := ctx.Err(); err != nil {
-		return unavailable("extend", err)
+	ctx, cancel, err := s.call(ctx, "extend")
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	return s.owned(ctx, "extend", s.sql.noWait(s.sql.extend(key, token, microsOf(ttl))), nil, key, token, func(st rowState) (bool, error) {
 		if st.mine && !st.kept && st.live {
@@ -640,18 +618,23 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 // until it changes one row, which is success. When it changes none (or
 // another transaction holds the row) settle reads the row's state and
 // says whether to ask again after a pause, or what the call answers. A
-// lost connection asks again; any other failure wraps
-// store.ErrUnavailable, naming op. ctx bounds it all.
+// row held a moment by another transaction (a claim that met it, or the
+// sweeper, whose scan of the expires_us index locks the live row where its
+// range ends) is asked for again until ctx ends, not a fixed number of
+// times: a Release that gave up would leave the key held for the rest of
+// its claim's life. A lost connection asks again, at most sqlcore.Attempts
+// times; any other failure wraps store.ErrUnavailable, naming op. ctx
+// bounds it all.
 func (s *Store) owned(ctx context.Context, op, stmt string, args []any, key, token string, settle func(rowState) (again bool, err error)) error {
-	var lastErr error
-	for range maxAttempts {
+	lost := 0
+	attempt := func() (sqlcore.Outcome, error) {
 		n, err := s.exec(ctx, stmt, args...)
 		if isNumber(err, errLockWaitTimeout) {
 			// Another transaction holds the row: see what it was.
 			n, err = 0, nil
 		}
 		if err == nil && n == 1 {
-			return nil
+			return sqlcore.Done, nil
 		}
 		var st rowState
 		if err == nil {
@@ -659,27 +642,28 @@ func (s *Store) owned(ctx context.Context, op, stmt string, args []any, key, tok
 		}
 		if err != nil {
 			if connLost(ctx, err) {
-				lastErr = err
-				continue
+				lost++
+				return sqlcore.Lost, err
 			}
-			return unavailable(op, err)
+			return sqlcore.Done, unavailable(op, err)
 		}
 		again, err := settle(st)
 		if !again {
+			return sqlcore.Done, err
+		}
+		if err := ctx.Err(); err != nil {
+			return sqlcore.Done, unavailable(op, fmt.Errorf("the key's row stayed held by another transaction until the call's budget ended: %w", err))
+		}
+		return sqlcore.Again, nil
+	}
+	for {
+		done, err := sqlcore.Retry(ctx, 5*time.Millisecond, attempt)
+		if done {
 			return err
 		}
-		pause(ctx)
-	}
-	return unavailable(op, gaveUp(lastErr))
-}
-
-// pause waits a moment (5 ms, or until ctx ends) before a call asks again.
-func pause(ctx context.Context) {
-	t := time.NewTimer(5 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
+		if lost >= sqlcore.Attempts {
+			return unavailable(op, err)
+		}
 	}
 }
 
@@ -712,25 +696,16 @@ func (s *Store) state(ctx context.Context, key, token string) (rowState, error) 
 // store.ErrUnavailable. The background sweeper calls it every
 // WithSweepInterval; services that turn that off call it themselves.
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
-	var total int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, unavailable("sweep", err)
-		}
-		n, found, err := s.sweepBatchOnce(ctx)
-		total += n
-		if err != nil {
-			return total, unavailable("sweep", err)
-		}
-		if found < s.sweepBatch {
-			return total, nil
-		}
+	n, err := sqlcore.SweepBatches(ctx, s.sweepBatch, s.sweepBatchOnce)
+	if err != nil {
+		return n, unavailable("sweep", err)
 	}
+	return n, nil
 }
 
 // sweepBatchOnce deletes one batch: it returns how many rows it deleted
 // and how many it found.
-func (s *Store) sweepBatchOnce(ctx context.Context) (int64, int, error) {
+func (s *Store) sweepBatchOnce(ctx context.Context) (int64, int64, error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return 0, 0, err
@@ -764,7 +739,17 @@ func (s *Store) sweepBatchOnce(ctx context.Context) (int64, int, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return n, len(keys), tx.Commit()
+	return n, int64(len(keys)), tx.Commit()
+}
+
+// call bounds a call by the store's budget (WithCallTimeout). A ctx that
+// has ended already is an error wrapping store.ErrUnavailable, naming op.
+func (s *Store) call(ctx context.Context, op string) (context.Context, context.CancelFunc, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, unavailable(op, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	return ctx, cancel, nil
 }
 
 // unavailable wraps a backend failure so that errors.Is finds both
@@ -801,5 +786,5 @@ func checkRecord(token string, rec *store.Record, retention time.Duration) (int6
 	case retention <= 0:
 		return 0, nil, fmt.Errorf("idemkey: mysql: retention %v, want > 0", retention)
 	}
-	return microsOf(retention), encodeHeader(rec.Header), nil
+	return microsOf(retention), sqlcore.EncodeHeader(rec.Header), nil
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkey/idemkey/internal/sqlcore"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -18,10 +19,6 @@ import (
 // handler still ran. The request was not run. Size the pool for the
 // requests served at once (see the package documentation).
 var ErrPoolExhausted = errors.New("idemkey: mysql: no free pool connection within the call's budget (every connection is held by a running request: size the pool for the requests served at once)")
-
-// savepoint is taken before the handler runs, when a kept 4xx undoes the
-// handler's writes (WithClientErrorWrites).
-const savepoint = "idemkey_handler"
 
 // holdLife is the life of the claim's row in a request's transaction. The
 // row is seen by no one while the transaction runs; it matters only when
@@ -45,6 +42,10 @@ const (
 	rollbackChain = "ROLLBACK AND CHAIN"
 )
 
+// unlockTables lets go of the table locks a handler took with LOCK
+// TABLES; when it holds some, it also commits what is open.
+const unlockTables = "UNLOCK TABLES"
+
 // txKey is the context key of a request's transaction.
 type txKey struct{}
 
@@ -66,7 +67,7 @@ type txKey struct{}
 // Rollback takes the claim with it: nothing is kept, the answer is 503,
 // and the transaction refuses the handler's later statements
 // (sql.ErrTxDone). Never run COMMIT, ROLLBACK or SET autocommit as SQL
-// through it; DDL commits implicitly, and counts as a Commit.
+// through it; DDL and LOCK TABLES commit implicitly, and count as a Commit.
 func Tx(ctx context.Context) *sql.Tx {
 	tx, _ := ctx.Value(txKey{}).(*sql.Tx)
 	return tx
@@ -76,11 +77,11 @@ func Tx(ctx context.Context) *sql.Tx {
 // connection it takes from the pool for the request, and held until
 // Commit or Rollback. Its first statement reads the key's row and, when no
 // live row holds it, takes the claim's two named locks; then the
-// transaction begins, the claim's row is written in it (not committed),
-// and the handler's savepoint is taken. When the answer is not Claimed the
-// connection goes back to the pool at once, holding nothing, and tx is
-// nil; a live row with c's own token is reported InFlight, as ClaimTx
-// hands out a transaction only for a claim it made.
+// transaction begins and the claim's row is written in it (not
+// committed). When the answer is not Claimed the connection goes back to
+// the pool at once, holding nothing, and tx is nil; a live row with c's
+// own token is reported InFlight, as ClaimTx hands out a transaction only
+// for a claim it made.
 //
 // The claim holds the two locks and the uncommitted row, all of which end
 // with the connection's session: an owner whose process or connection
@@ -95,14 +96,14 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 	if _, err := checkClaim(key, c); err != nil {
 		return store.Result{}, nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return store.Result{}, nil, unavailable("claim", err)
+	callCtx, cancel, err := s.call(ctx, "claim")
+	if err != nil {
+		return store.Result{}, nil, err
 	}
-	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	life := microsOf(holdLife + c.TTL)
 	var lastErr error
-	for range maxAttempts {
+	for range sqlcore.Attempts {
 		conn, err := s.conn(callCtx, "claim")
 		if err != nil {
 			return store.Result{}, nil, err
@@ -120,6 +121,9 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 		case heldByThis:
 			s.discard(conn, r.connID)
 			lastErr = errors.New("a pooled connection held a named lock of the store")
+			continue
+		case changed:
+			conn.Close()
 			continue
 		case gotBoth:
 			tx, claimed, err := s.begin(ctx, callCtx, conn, r, key, c, life)
@@ -139,9 +143,15 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 		if err != nil {
 			return store.Result{}, nil, fmt.Errorf("idemkey: mysql: claim: %w", err)
 		}
+		if res.State == store.Mine {
+			// A committed row in flight under c's token (a plain claim
+			// resent with it): ClaimTx hands out a transaction only for
+			// a claim it made.
+			res.State = store.InFlight
+		}
 		return res, nil, nil
 	}
-	return store.Result{}, nil, unavailable("claim", gaveUp(lastErr))
+	return store.Result{}, nil, unavailable("claim", sqlcore.GaveUp(lastErr))
 }
 
 // begin begins the request's transaction on conn, whose session holds the
@@ -194,12 +204,8 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 		s.letGo(conn, r.connID, nil, nil)
 		return nil, false, nil
 	}
-	if s.undo4xx {
-		if _, err := tx.ExecContext(callCtx, "SAVEPOINT "+savepoint); err != nil {
-			return fail(err)
-		}
-	}
-	t := &requestTx{s: s, conn: conn, tx: tx, cancel: txCancel, key: key, token: c.Token, fp: c.Fingerprint, life: c.TTL, connID: r.connID}
+	t := &requestTx{s: s, conn: conn, tx: tx, cancel: txCancel, key: key, token: c.Token, fp: c.Fingerprint, life: c.TTL,
+		deadlineUS: r.nowUS + microsOf(c.TTL), connID: r.connID}
 	t.watch(c.TTL)
 	return t, true, nil
 }
@@ -224,13 +230,13 @@ func beginTx(callCtx, txCtx context.Context, txCancel context.CancelFunc, conn *
 // Begin opens a transaction with no claim, for a request without a key on
 // a route where the key is optional: START TRANSACTION, on a connection
 // held until Commit or Rollback (which rolls back a 4xx's writes, unless
-// WithClientErrorWrites(true): no savepoint is needed, as there is no
-// claim to keep). The handler gets it with Tx, as it would with a key.
+// WithClientErrorWrites(true)). The handler gets it with Tx, as it would
+// with a key.
 func (s *Store) Begin(ctx context.Context) (store.Tx, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, unavailable("begin", err)
+	callCtx, cancel, err := s.call(ctx, "begin")
+	if err != nil {
+		return nil, err
 	}
-	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	conn, err := s.conn(callCtx, "begin")
 	if err != nil {
@@ -258,7 +264,10 @@ type requestTx struct {
 	token  string
 	fp     [32]byte      // the claim's fingerprint
 	life   time.Duration // the claim's
-	connID int64         // the session's, for KILL
+	// deadlineUS is when the claim's life ends, on the server's clock
+	// (its claim's first statement's reading, plus the life).
+	deadlineUS int64
+	connID     int64 // the session's, for KILL
 
 	mu      sync.Mutex
 	ended   bool
@@ -287,23 +296,25 @@ func (t *requestTx) drop() {
 
 var _ store.Tx = (*requestTx)(nil)
 
-// watch kills the session when the claim's life is over and the request
-// has not ended: its owner stalled past the route's deadline (a handler
-// that ignores its context), and the key must not stay held by it, nor its
-// commit land after a retry could have run. The kill runs from another
-// pool connection, within WithCommitTimeout; when it cannot, the keep's
-// fence (the claim's life, on the server's clock) still refuses the late
-// commit.
+// watch arms the watchdog: at the claim's life, a request that has not
+// ended has its session killed (its owner stalled past the route's
+// deadline, in a handler that ignores its context), so that the key is
+// not held by it, nor its commit lands after a retry could have run. The
+// KILL is sent from another pool connection, within WithCommitTimeout;
+// when it cannot be, the keep's fence (the claim's life, on the server's
+// clock) still refuses the late commit.
 func (t *requestTx) watch(life time.Duration) {
-	t.timer = time.AfterFunc(life, func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if t.ended {
-			return
-		}
+	t.timer = time.AfterFunc(life, t.expire)
+}
+
+// expire is the watchdog's work.
+func (t *requestTx) expire() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.ended {
 		t.expired = true
 		t.s.kill(t.connID)
-	})
+	}
 }
 
 // NewContext returns ctx carrying the transaction, which the handler gets
@@ -331,8 +342,8 @@ func (t *requestTx) end() (first, expired bool) {
 // Commit keeps rec in the transaction, fenced by the owner's token and the
 // claim's life on the server's clock, and commits: two round trips, the
 // fenced UPDATE and COMMIT (three for a kept 4xx whose writes are undone:
-// ROLLBACK TO the handler's savepoint first); the claim's locks are let go
-// of after, in the background. It returns store.ErrNotOwner when the claim
+// the whole transaction rolled back, then the record on its own, see
+// commitAlone); the claim's locks are let go of after, in the background. It returns store.ErrNotOwner when the claim
 // is no longer this request's (its life is over): the transaction is then
 // rolled back and nothing is kept. Any other error means the commit failed
 // or its outcome is unknown; it wraps store.ErrUnavailable. The call is
@@ -378,28 +389,12 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 	}
 	if t.key == "" && t.s.undo4xx && rec.Status >= 400 {
 		// No claim to keep, and the writes are to be undone: a rollback,
-		// which needs no savepoint (Begin takes none).
+		// as Begin sends nothing else.
 		t.abort(ctx)
 		return nil
 	}
 	if t.s.undo4xx && rec.Status >= 400 {
-		_, err := t.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint)
-		switch {
-		case errors.Is(err, sql.ErrTxDone):
-			return t.commitOutside(ctx, rec, header, ret)
-		case isNumber(err, errNoSuchSavepoint):
-			// The savepoint's transaction has ended: a statement of the
-			// handler committed it (DDL, or COMMIT sent as SQL: its
-			// writes are in), or the server rolled it back.
-			if t.rowLost(ctx) {
-				return t.lost(ctx, "commit")
-			}
-			t.tx.Rollback()
-			return t.commitOutside(ctx, rec, header, ret)
-		case err != nil:
-			t.abort(ctx)
-			return unavailable("commit", err)
-		}
+		return t.commitAlone(ctx, rec, header, ret)
 	}
 	if t.key != "" {
 		stmt, args := t.s.sql.keep(t.key, t.token, rec, header, ret, microsOf(t.life))
@@ -410,6 +405,17 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 		}
 		switch {
 		case errors.Is(err, sql.ErrTxDone):
+			return t.commitOutside(ctx, rec, header, ret)
+		case isNumber(err, errTableNotLocked):
+			// The handler took LOCK TABLES, which committed the
+			// transaction up to it, the claim with it, as DDL does: it
+			// counts as the handler's own commit. UNLOCK TABLES commits
+			// what it wrote since, and the record is kept on its own.
+			if _, err := t.tx.ExecContext(ctx, unlockTables); err != nil {
+				t.drop()
+				return unavailable("commit", err)
+			}
+			t.tx.Rollback()
 			return t.commitOutside(ctx, rec, header, ret)
 		case err != nil:
 			// Nothing committed (or the connection is gone, and the
@@ -439,6 +445,56 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 	return nil
 }
 
+// commitAlone keeps rec, a kept 4xx whose writes are undone: the request's
+// transaction rolls back whole (its claim's row with it: no savepoint),
+// and the record is written in the transaction the rollback chains,
+// fenced by the claim's named lock, which the session still holds, and by
+// its life, then committed. Three round trips, as a keep's two and the
+// rollback. The rollback also undoes what the handler wrote after a
+// statement that committed the transaction (DDL, LOCK TABLES) or after
+// the server rolled it back by itself (a deadlock's victim); what such a
+// statement committed stays, and the record is then kept over the claim
+// it committed.
+func (t *requestTx) commitAlone(ctx context.Context, rec *store.Record, header []byte, ret int64) error {
+	_, err := t.tx.ExecContext(ctx, rollbackChain)
+	switch {
+	case errors.Is(err, sql.ErrTxDone):
+		return t.commitOutside(ctx, rec, header, ret)
+	case err != nil:
+		t.drop()
+		return unavailable("commit", err)
+	}
+	kl, _ := t.s.locks(t.key, t.fp)
+	stmt, args := t.s.sql.keepAlone(t.key, kl, t.token, rec, header, ret, t.deadlineUS)
+	res, err := t.tx.ExecContext(ctx, stmt, args...)
+	if isNumber(err, errTableNotLocked) {
+		// Tables the handler locked (LOCK TABLES) refuse the record's:
+		// let go of them (what was written under them is rolled back).
+		if _, err = t.tx.ExecContext(ctx, unlockTables); err == nil {
+			res, err = t.tx.ExecContext(ctx, stmt, args...)
+		}
+	}
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	switch {
+	case err != nil:
+		t.drop()
+		return unavailable("commit", err)
+	case n == 0:
+		// Fenced: the claim's life is over. Keep nothing.
+		t.abort(ctx)
+		return store.ErrNotOwner
+	}
+	if _, err := t.tx.ExecContext(ctx, commitChain); err != nil {
+		t.drop()
+		return unavailable("commit", err)
+	}
+	t.giveBack(t.tx)
+	return nil
+}
+
 // commitOutside keeps rec after the handler ended the transaction itself
 // (its Commit or Rollback, or a statement that commits implicitly): the
 // claim's row committed with the handler's writes or rolled back with
@@ -450,6 +506,12 @@ func (t *requestTx) commitOutside(ctx context.Context, rec *store.Record, header
 	if t.key == "" {
 		t.giveBack(nil)
 		return nil
+	}
+	// Tables the handler locked (LOCK TABLES) would refuse the record's
+	// table; what it wrote since is rolled back or committed by now.
+	if _, err := t.conn.ExecContext(ctx, unlockTables); err != nil {
+		t.s.discard(t.conn, t.connID)
+		return unavailable("commit", err)
 	}
 	stmt, args := t.s.sql.keep(t.key, t.token, rec, header, ret, -1)
 	res, err := t.conn.ExecContext(ctx, stmt, args...)
@@ -523,7 +585,16 @@ func (t *requestTx) Rollback(ctx context.Context) error {
 	}
 	var held bool
 	var released sql.NullInt64
-	if err := t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.token)).Scan(&held, &released); err != nil {
+	err := t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.token)).Scan(&held, &released)
+	if isNumber(err, errTableNotLocked) {
+		// The handler took LOCK TABLES, which committed the transaction
+		// up to it, the claim with it (as DDL does); what it wrote since
+		// is rolled back. The tables are let go of, and the claim read.
+		if _, err = t.tx.ExecContext(ctx, unlockTables); err == nil {
+			err = t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.token)).Scan(&held, &released)
+		}
+	}
+	if err != nil {
 		t.drop()
 		return unavailable("rollback", err)
 	}

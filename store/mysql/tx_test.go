@@ -266,6 +266,14 @@ func TestHandlerEndsTx(t *testing.T) {
 		return err
 	}
 	commit := func(ctx context.Context) error { return mysql.Tx(ctx).Commit() }
+	// lockTables takes LOCK TABLES on the payments (which commits the
+	// transaction, as DDL does) and writes a second payment under it.
+	lockTables := func(ctx context.Context) error {
+		if _, err := mysql.Tx(ctx).ExecContext(ctx, "LOCK TABLES `"+pay.name+"` WRITE"); err != nil {
+			return err
+		}
+		return pay.insert(ctx, mysql.Tx(ctx), lockedKey(ctx), "under LOCK TABLES")
+	}
 	for _, tc := range []struct {
 		name   string
 		end    func(ctx context.Context) error
@@ -284,10 +292,14 @@ func TestHandlerEndsTx(t *testing.T) {
 		{"DDLThen201", ddl, 201, false, store.Completed, 1},
 		{"DDLThen5xx", ddl, 0, true, store.InFlight, 1},
 		{"DDLThen400", ddl, 400, false, store.Completed, 1},
+		{"LockTablesThen201", lockTables, 201, false, store.Completed, 2},
+		{"LockTablesThen5xx", lockTables, 0, true, store.InFlight, 1},
+		{"LockTablesThen400", lockTables, 400, false, store.Completed, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key, c := newKey(), newClaim(1)
 			ctx, tx := claimTx(t, st, key, c)
+			ctx = context.WithValue(ctx, lockedKeyKey{}, key)
 			if err := pay.insert(ctx, mysql.Tx(ctx), key, "handler"); err != nil {
 				t.Fatal(err)
 			}
@@ -316,6 +328,11 @@ func TestHandlerEndsTx(t *testing.T) {
 		})
 	}
 }
+
+type lockedKeyKey struct{}
+
+// lockedKey is the key TestHandlerEndsTx's case runs.
+func lockedKey(ctx context.Context) string { return ctx.Value(lockedKeyKey{}).(string) }
 
 // TestClientErrorUndone: a kept 4xx keeps its answer and undoes the
 // handler's writes (rolled back to the savepoint), unless
