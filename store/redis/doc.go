@@ -42,7 +42,11 @@
 //
 // # Constructing a Store
 //
-// The client belongs to the caller: New does not copy or close it. Always set
+// The client belongs to the caller: New does not copy or close it. New
+// talks to the server (see New): a server that cannot be reached, or a
+// user that may not run every command the store sends, makes it fail,
+// within WithStartTimeout (default 5 s) when its context (NewContext) has
+// no deadline, with an error that names the server. Always set
 // ContextTimeoutEnabled, so that go-redis stops reading a socket at the
 // deadline of each call's time budget (WithCallTimeout, default 300 ms), and
 // size the pool to the number of requests served at once:
@@ -182,7 +186,19 @@
 // Every backend failure of Claim, Complete, Release and Extend (a timeout, a
 // refused connection, OOM, READONLY, LOADING, MASTERDOWN, CLUSTERDOWN) is
 // returned wrapping both store.ErrUnavailable and the cause, so the
-// middleware answers 503 and does not run the handler. A failed call may
+// middleware answers 503 and does not run the handler. Only a server that
+// could not be reached at all wraps store.ErrUnreachable as well (the one
+// failure under which the middleware's WithFailOpen runs a handler): a
+// dial refused or timed out, a host that does not resolve, or a call whose
+// budget ran out while the client's dials failed, with none made since
+// (go-redis dials on goroutines of its own and tells the call only that
+// its time ran out; New adds a hook to the client that notes its dials,
+// and to each node a cluster client makes from then on). A full pool
+// ("connection pool timeout"), OOM, READONLY, LOADING, NOPERM, and a
+// server that was reached but did not answer in time are not unreachable.
+// go-redis resends a command whose connection failed, up to MaxRetries:
+// a call whose last tries could not dial may have reached the server on an
+// earlier try, on a connection lost after the command was written. A failed call may
 // still have happened: a claim that reached a stalled server runs when the
 // server resumes. The middleware releases a claim whose call failed, and a
 // claim it could not release holds its key (409 to repeats) until its life
@@ -224,8 +240,12 @@
 //
 // (~billing:idem:* &billing:idem:* with WithKeyPrefix("billing:")). A user that may claim
 // but not run the scripts would run every request's handler and keep
-// nothing, so every retry would run it again: Check runs each command on a
-// probe key and refuses such a user with ErrPermission.
+// nothing, so every retry would run it again: New (and Check) runs each
+// command on a probe key of its own, on every master, and refuses such a
+// user with ErrPermission, naming the server and the command. The probe
+// sends no ACL command (ACL DRYRUN, ACL GETUSER), which a service's user
+// is seldom allowed and which cannot see what a script's redis.pcall is
+// refused; it works the same where ACL commands are refused or missing.
 //
 // Persistence decides what a restart forgets. Without it (no AOF, no RDB
 // snapshots) a restarted server has no claims and no records: retries of

@@ -15,19 +15,21 @@ import (
 // key. It is safe for concurrent use. The client belongs to the caller, who
 // closes it; Store has no Close.
 type Store struct {
-	client      goredis.UniversalClient
-	ap          *goredis.AutoPipeliner // WithAutoPipeline: the client's shared, deferred face
-	now         func() time.Time       // stamps claims; tests move it with the server's clock
-	timeout     time.Duration
-	ctxTimeouts bool // go-redis stops socket reads at the context's deadline
-	wait        int
-	waitTimeout time.Duration
-	evictWarn   bool
-	clock       *slotClock // the shared deadlines of this Store's calls
-	prefix      string     // WithKeyPrefix
-	scanCount   int64      // WithScan
-	scanSample  int64
-	hub         *hub // the wake channel's subscription, for Wait
+	client       goredis.UniversalClient
+	ap           *goredis.AutoPipeliner // WithAutoPipeline: the client's shared, deferred face
+	now          func() time.Time       // stamps claims; tests move it with the server's clock
+	timeout      time.Duration
+	startTimeout time.Duration // WithStartTimeout
+	ctxTimeouts  bool          // go-redis stops socket reads at the context's deadline
+	wait         int
+	waitTimeout  time.Duration
+	evictWarn    bool
+	clock        *slotClock // the shared deadlines of this Store's calls
+	prefix       string     // WithKeyPrefix
+	scanCount    int64      // WithScan
+	scanSample   int64
+	hub          *hub       // the wake channel's subscription, for Wait
+	dials        *dialWatch // the client's dials, for ErrUnreachable
 }
 
 var (
@@ -36,13 +38,52 @@ var (
 	_ store.Waiter   = (*Store)(nil)
 )
 
-// New returns a Store on client: a *redis.Client (standalone, or from
-// NewFailoverClient for Sentinel), a *redis.ClusterClient, or any other
-// UniversalClient, such as an instrumentation wrapper. See the package
-// documentation for the client options to use. It returns an error naming
-// every problem it finds: a nil client, each invalid or nil option, and
-// WithWaitReplicas with a client that cannot pin a connection.
+// New is NewContext with context.Background(): its questions to the
+// server are bounded by WithStartTimeout (default DefaultStartTimeout).
 func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
+	return NewContext(context.Background(), client, opts...)
+}
+
+// NewContext returns a Store on client: a *redis.Client (standalone, or
+// from NewFailoverClient for Sentinel), a *redis.ClusterClient, or any
+// other UniversalClient, such as an instrumentation wrapper. See the
+// package documentation for the client options to use.
+//
+// It returns an error naming every problem it finds in its arguments: a
+// nil client, each invalid or nil option, and WithWaitReplicas with a
+// client that cannot pin a connection. Then it asks the server (every
+// master of a cluster) whether the client's user may run every command the
+// store will send, by running each on a probe key of its own (see Check;
+// the probe deletes its key when done, and touches no other key), and refuses a user that may not with an error wrapping
+// ErrPermission that names the command: a user that may claim but not
+// keep would run every request's handler and keep nothing, so that each
+// retry runs it again. A server older than Redis 7.0 is refused with
+// ErrServerVersion. A server that cannot be reached is refused too, with
+// an error that names it and wraps store.ErrUnavailable
+// (store.ErrUnreachable when no connection could be made): the store
+// cannot start without knowing what its user may do. A server out of
+// memory cannot take the probe's writes: NewContext then logs at Warn
+// level (log/slog's default logger) that the commands were not checked,
+// and returns the Store.
+//
+// The questions run under ctx, bounded by WithStartTimeout (default
+// DefaultStartTimeout) when ctx has no deadline, and each round trip by
+// the call budget (WithCallTimeout). NewContext does not read the server's
+// settings (eviction policy, persistence): Check does.
+func NewContext(ctx context.Context, client goredis.UniversalClient, opts ...Option) (*Store, error) {
+	st, err := build(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	st.dials = watchDials(client)
+	if err := st.start(ctx); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// build is NewContext without its questions to the server.
+func build(client goredis.UniversalClient, opts []Option) (*Store, error) {
 	cfg, err := newConfig(opts)
 	var errs []error
 	if err != nil {
@@ -67,18 +108,19 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 		ctxTimeouts = *cfg.ctxTimeouts
 	}
 	st := &Store{
-		client:      client,
-		ap:          ap,
-		now:         time.Now,
-		timeout:     cfg.callTimeout,
-		ctxTimeouts: ctxTimeouts,
-		wait:        cfg.waitReplicas,
-		waitTimeout: cfg.waitTimeout,
-		evictWarn:   cfg.evictionWarn,
-		clock:       newSlotClock(),
-		prefix:      cfg.keyPrefix,
-		scanCount:   cfg.scanCount,
-		scanSample:  cfg.scanSample,
+		client:       client,
+		ap:           ap,
+		now:          time.Now,
+		timeout:      cfg.callTimeout,
+		startTimeout: cfg.startTimeout,
+		ctxTimeouts:  ctxTimeouts,
+		wait:         cfg.waitReplicas,
+		waitTimeout:  cfg.waitTimeout,
+		evictWarn:    cfg.evictionWarn,
+		clock:        newSlotClock(),
+		prefix:       cfg.keyPrefix,
+		scanCount:    cfg.scanCount,
+		scanSample:   cfg.scanSample,
 	}
 	st.hub = newHub(client, cfg.keyPrefix+wakeChannel, cfg.callTimeout)
 	return st, nil
@@ -272,12 +314,6 @@ func ownerResult(op string, reply any, err error) error {
 		return store.ErrNotOwner
 	}
 	return fmt.Errorf("idemkey: redis: %s: %w: reply %T %v", op, ErrUnreadable, reply, reply)
-}
-
-// unavailable wraps a backend failure so that errors.Is finds both
-// store.ErrUnavailable and the cause.
-func unavailable(op string, err error) error {
-	return fmt.Errorf("idemkey: redis: %s: %w: %w", op, store.ErrUnavailable, err)
 }
 
 // millis returns d in whole milliseconds, rounded up.
