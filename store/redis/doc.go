@@ -212,7 +212,10 @@
 // while instances of an earlier release run beside this one, they answer
 // 503 for keys this one claimed or kept (format version 2), and this one
 // reads theirs (version 1; an in-flight answer about such a claim costs a
-// second round trip, PTTL).
+// second round trip, PTTL). The same holds for a record that keeps its
+// request's raw digest (store.Record.RawDigest, a flag of version 2):
+// releases before it answer 503 for it, and a record kept without one is
+// written as they wrote it.
 //
 // # Server settings
 //

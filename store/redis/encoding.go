@@ -20,7 +20,8 @@ import (
 //	in flight, v2: tag 0x21 | token length u8 | token | fingerprint [32] |
 //	               created-at i64 | expires-at i64
 //	record, v2:    tag 0x22 | token length u8 | token | flags u8 | status u16 |
-//	               fingerprint [32] | created-at i64 | completed-at i64 |
+//	               fingerprint [32] | raw digest [32], when flag bit 1 |
+//	               created-at i64 | completed-at i64 |
 //	               header block length u32 | header block | body (every byte to the end)
 //
 // and, read but no longer written:
@@ -32,7 +33,12 @@ import (
 //
 // The header block holds the header names in sorted order, each as name
 // length u16 | name | value count u16 | (value length u32 | value)*. Flag
-// bit 0 marks a body that was omitted.
+// bit 0 marks a body that was omitted; flag bit 1 a record that keeps the
+// digest of its request's raw bytes (store.Record.RawDigest), which then
+// follows the fingerprint. A record without one (a zero RawDigest) is
+// written without the flag and the 32 bytes, as before the flag existed,
+// so that instances of an earlier release read it; they refuse a record
+// with the flag as ErrUnreadable.
 //
 // Both kinds open with their owner: tag, token length and token. The scripts
 // compare that prefix to the caller's, so one comparison checks both what
@@ -53,11 +59,12 @@ const (
 	tagRecordV2   = 0x20 | kindRecord
 
 	flagBodyOmitted = 1 << 0
+	flagRawDigest   = 1 << 1
 
 	inFlightFixed   = 32 + 8 + 8             // fingerprint, created-at, expires-at after the owner
 	inFlightV1Fixed = 32 + 8                 // fingerprint, created-at after the owner
 	expiresOffset   = 32 + 8                 // of expires-at, after the owner
-	recordFixed     = 1 + 2 + 32 + 8 + 8 + 4 // flags up to the header block, after the owner
+	recordFixed     = 1 + 2 + 32 + 8 + 8 + 4 // flags up to the header block, after the owner, without a raw digest
 )
 
 // MaxTokenLen is the longest owner token the store accepts, in bytes.
@@ -158,6 +165,10 @@ func encodeRecord(rec *store.Record, token string) ([]byte, error) {
 	}
 	names := make([]string, 0, len(rec.Header))
 	head := 2 + len(token) + recordFixed
+	raw := rec.RawDigest != [32]byte{}
+	if raw {
+		head += len(rec.RawDigest)
+	}
 	size := head + len(rec.Body)
 	for name, vals := range rec.Header {
 		if len(name) > 0xffff || len(vals) > 0xffff {
@@ -176,9 +187,15 @@ func encodeRecord(rec *store.Record, token string) ([]byte, error) {
 	if rec.BodyOmitted {
 		flags |= flagBodyOmitted
 	}
+	if raw {
+		flags |= flagRawDigest
+	}
 	b = append(b, flags)
 	b = binary.BigEndian.AppendUint16(b, uint16(rec.Status))
 	b = append(b, rec.Fingerprint[:]...)
+	if raw {
+		b = append(b, rec.RawDigest[:]...)
+	}
 	b = binary.BigEndian.AppendUint64(b, uint64(unixNano(rec.CreatedAt)))
 	b = binary.BigEndian.AppendUint64(b, uint64(unixNano(rec.CompletedAt)))
 	b = append(b, 0, 0, 0, 0) // header block length, set below
@@ -232,22 +249,30 @@ func decodeRecordFields(v string) (*store.Record, error) {
 		return nil, fmt.Errorf("%w: record cut short", ErrUnreadable)
 	}
 	flags := v[0]
-	if flags&^flagBodyOmitted != 0 {
+	if flags&^(flagBodyOmitted|flagRawDigest) != 0 {
 		return nil, fmt.Errorf("%w: record flags %#x", ErrUnreadable, flags)
 	}
 	rec := &store.Record{
 		Status:      int(be16(v[1:])),
 		BodyOmitted: flags&flagBodyOmitted != 0,
-		CreatedAt:   fromUnixNano(int64(be64(v[35:]))),
-		CompletedAt: fromUnixNano(int64(be64(v[43:]))),
 	}
 	copy(rec.Fingerprint[:], v[3:35])
-	hlen := uint64(be32(v[51:]))
-	if hlen > uint64(len(v)-recordFixed) {
+	o := 35 // created-at
+	if flags&flagRawDigest != 0 {
+		if len(v) < recordFixed+len(rec.RawDigest) {
+			return nil, fmt.Errorf("%w: record cut short", ErrUnreadable)
+		}
+		o += copy(rec.RawDigest[:], v[o:])
+	}
+	rec.CreatedAt = fromUnixNano(int64(be64(v[o:])))
+	rec.CompletedAt = fromUnixNano(int64(be64(v[o+8:])))
+	fixed := o + 20 // the header block
+	hlen := uint64(be32(v[o+16:]))
+	if hlen > uint64(len(v)-fixed) {
 		return nil, fmt.Errorf("%w: header block overruns the record", ErrUnreadable)
 	}
-	h := v[recordFixed : recordFixed+int(hlen)]
-	body := v[recordFixed+int(hlen):]
+	h := v[fixed : fixed+int(hlen)]
+	body := v[fixed+int(hlen):]
 	if len(h) > 0 {
 		rec.Header = make(http.Header)
 	}
