@@ -18,7 +18,7 @@ import (
 // the zero time).
 //
 //	in flight, v2: tag 0x21 | token length u8 | token | fingerprint [32] |
-//	               created-at i64 | expires-at i64
+//	               created-at i64 | expires-at i64 | 'w', when a repeat waits
 //	record, v2:    tag 0x22 | token length u8 | token | flags u8 | status u16 |
 //	               fingerprint [32] | raw digest [32], when flag bit 1 |
 //	               created-at i64 | completed-at i64 |
@@ -46,6 +46,11 @@ import (
 // over the caller's claim, and recognises the caller's own record (kept by
 // a first call whose reply was lost) as done.
 //
+// A repeat that waits for a claim (Wait) marks it with one byte at its end
+// (mark.lua), so that the complete and release scripts publish the claim's
+// end on the wake channel only when someone waits for it. Releases before
+// the mark read a marked claim as ErrUnreadable.
+//
 // A claim carries its own expiry (the claimer's clock; extend rewrites it
 // with SETRANGE), so that the claim, a plain SET ... NX GET, learns how long
 // another request's claim has left from the value alone, with no PTTL.
@@ -57,6 +62,8 @@ const (
 	tagRecordV1   = 0x10 | kindRecord
 	tagInFlightV2 = 0x20 | kindInFlight
 	tagRecordV2   = 0x20 | kindRecord
+
+	waitMark = 'w' // the byte a waiter appends to a version 2 claim
 
 	flagBodyOmitted = 1 << 0
 	flagRawDigest   = 1 << 1
@@ -145,6 +152,9 @@ func decodeInFlight(v string) (inFlight, error) {
 		return f, unreadable(v)
 	}
 	token, rest, ok := cutOwner(v)
+	if ok && fixed == inFlightFixed && len(rest) == fixed+1 && rest[fixed] == waitMark {
+		rest = rest[:fixed] // marked by a waiter (mark.lua)
+	}
 	if !ok || len(rest) != fixed {
 		return f, fmt.Errorf("%w: claim of %d bytes", ErrUnreadable, len(v))
 	}

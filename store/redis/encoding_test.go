@@ -474,3 +474,21 @@ func FuzzDecodeInFlight(f *testing.F) {
 		}
 	})
 }
+
+// TestInFlightMarked: a version 2 claim a waiter marked (one 'w' after its
+// fixed fields, mark.lua) decodes as the claim it was; any other byte
+// there, or two, is unreadable.
+func TestInFlightMarked(t *testing.T) {
+	created := time.Unix(1767225600, 5)
+	expires := created.Add(time.Minute)
+	v := encodeInFlight("tok", [32]byte{9}, created, expires)
+	f, err := decodeInFlight(string(v) + "w")
+	if err != nil || f.token != "tok" || f.fingerprint != [32]byte{9} || !f.created.Equal(created) || !f.expires.Equal(expires) {
+		t.Errorf("marked claim decoded as %+v, %v", f, err)
+	}
+	for _, bad := range []string{"x", "ww", "\x00"} {
+		if _, err := decodeInFlight(string(v) + bad); !errors.Is(err, ErrUnreadable) {
+			t.Errorf("claim followed by %q: %v, want ErrUnreadable", bad, err)
+		}
+	}
+}

@@ -463,3 +463,79 @@ func TestWaitRing(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishOnlyWhenWaited: a keep or a release publishes on the wake
+// channel only when a repeat waits for the claim (it marked the claim):
+// nobody subscribed or not, a claim nobody waits for costs no PUBLISH (in a
+// Cluster, a message to every node). On standalone and on a Cluster.
+func TestPublishOnlyWhenWaited(t *testing.T) {
+	for name, backend := range map[string]func(t *testing.T) (goredis.UniversalClient, *redis.Store){
+		"standalone": func(t *testing.T) (goredis.UniversalClient, *redis.Store) {
+			c := newClient(t, redistest.Start(t))
+			return c, newStore(t, c)
+		},
+		"cluster": func(t *testing.T) (goredis.UniversalClient, *redis.Store) {
+			c := clusterClient(t)
+			return c, newStore(t, c)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, st := backend(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			sub := c.Subscribe(ctx, "idem:v1:settled")
+			defer sub.Close()
+			if _, err := sub.Receive(ctx); err != nil {
+				t.Fatal(err)
+			}
+			heard := func() []string {
+				var keys []string
+				for {
+					msg, err := sub.ReceiveTimeout(ctx, 200*time.Millisecond)
+					if err != nil {
+						return keys
+					}
+					if m, ok := msg.(*goredis.Message); ok {
+						keys = append(keys, m.Payload)
+					}
+				}
+			}
+			for _, end := range []string{"complete", "release"} {
+				finish := func(key string, c store.Claim) {
+					t.Helper()
+					var err error
+					if end == "complete" {
+						err = st.Complete(ctx, key, c.Token, record("kept", 1), time.Minute)
+					} else {
+						err = st.Release(ctx, key, c.Token)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				alone, first := newKey(), newClaim(1)
+				mustClaim(t, st, alone, first, store.Claimed)
+				finish(alone, first)
+				if keys := heard(); len(keys) != 0 {
+					t.Errorf("%s with nobody waiting published %q", end, keys)
+				}
+
+				waited, first := newKey(), newClaim(1)
+				mustClaim(t, st, waited, first, store.Claimed)
+				waiting := startWait(t, ctx, st, waited, newClaim(1))
+				// The waiter marks the claim after registering: see it land.
+				waitUntil(t, func() bool {
+					e, _, err := st.Inspect(ctx, waited)
+					return err == nil && len(e.Fence) > 0 && e.Fence[len(e.Fence)-1] == 'w'
+				})
+				finish(waited, first)
+				if r := <-waiting; !r.ok || r.err != nil {
+					t.Fatalf("Wait = %v, %v", r.ok, r.err)
+				}
+				if keys := heard(); !slices.Equal(keys, []string{waited}) {
+					t.Errorf("%s with a repeat waiting published %q, want %q once", end, keys, waited)
+				}
+			}
+		})
+	}
+}
