@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -538,4 +539,82 @@ func TestPublishOnlyWhenWaited(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWaitReshard: a repeat waits on a claim whose slot then moves to
+// another master (the claim, with the waiter's mark, migrated with it);
+// the keep on the new master wakes it, through the Store's one
+// subscription, within wakeBound. The slot is moved back at the end.
+func TestWaitReshard(t *testing.T) {
+	cl := sharedCluster(t)
+	a, b := newStore(t, clusterClient(t)), newStore(t, clusterClient(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key, first := newKey(), newClaim(1)
+	slot := strconv.Itoa(redistest.Slot(key))
+	src := cl.NodeForSlot(redistest.Slot(key))
+	var dst *redistest.Server
+	for _, n := range cl.Nodes {
+		if n != src {
+			dst = n
+			break
+		}
+	}
+	do := func(addr string, args ...string) string {
+		t.Helper()
+		v, err := redistest.Do(addr, args...)
+		if err != nil {
+			t.Fatalf("%s %v: %v", addr, args, err)
+		}
+		return v
+	}
+	move := func(from, to *redistest.Server, keys ...string) {
+		fromID, toID := do(from.Addr, "CLUSTER", "MYID"), do(to.Addr, "CLUSTER", "MYID")
+		do(to.Addr, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID)
+		do(from.Addr, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
+		if len(keys) > 0 {
+			host, port, _ := strings.Cut(to.Addr, ":")
+			do(from.Addr, append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, keys...)...)
+		}
+		for _, n := range cl.Nodes {
+			do(n.Addr, "CLUSTER", "SETSLOT", slot, "NODE", toID)
+		}
+	}
+	mustClaim(t, a, key, first, store.Claimed)
+	waiting := startWait(t, ctx, b, key, newClaim(1))
+	waitUntil(t, func() bool {
+		v, _ := redistest.Do(src.Addr, "GET", key)
+		return strings.HasSuffix(v, "w")
+	})
+	move(src, dst, key)
+	defer move(dst, src, keysInSlot(t, dst.Addr, slot)...)
+	if v, _ := redistest.Do(dst.Addr, "GET", key); !strings.HasSuffix(v, "w") {
+		t.Fatalf("the claim reached %s without its mark", dst.Addr)
+	}
+	if err := a.Complete(ctx, key, first.Token, record("kept", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	done := time.Now()
+	r := <-waiting
+	if !r.ok || r.err != nil {
+		t.Fatalf("Wait = %v, %v", r.ok, r.err)
+	}
+	t.Logf("woken %v after the keep on the slot's new master", r.at.Sub(done))
+	if lat := r.at.Sub(done); lat > wakeBound {
+		t.Errorf("woken %v after the keep, want within %v", lat, wakeBound)
+	}
+	mustClaim(t, b, key, newClaim(1), store.Completed)
+}
+
+// keysInSlot returns the keys the node at addr holds in slot.
+func keysInSlot(t *testing.T, addr, slot string) []string {
+	t.Helper()
+	v, err := redistest.Do(addr, "CLUSTER", "GETKEYSINSLOT", slot, "1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, "\n")
 }
