@@ -492,3 +492,31 @@ func TestInFlightMarked(t *testing.T) {
 		}
 	}
 }
+
+// TestBulkReply reads the claim's reply as the protocol sends it: nil in
+// RESP2 and RESP3, a bulk string of any bytes; anything else (an error
+// reply, a redirection, a malformed length) is not a claim's answer.
+func TestBulkReply(t *testing.T) {
+	for _, tc := range []struct {
+		in       string
+		v        string
+		free, ok bool
+	}{
+		{"_\r\n", "", true, true},
+		{"$-1\r\n", "", true, true},
+		{"$0\r\n\r\n", "", false, true},
+		{"$5\r\na\r\nb\x00\r\n", "a\r\nb\x00", false, true},
+		{"-MOVED 3999 127.0.0.1:6381\r\n", "", false, false},
+		{"-LOADING Redis is loading\r\n", "", false, false},
+		{"!5\r\nerror\r\n", "", false, false},
+		{"+OK\r\n", "", false, false},
+		{"$5\r\nabc\r\n", "", false, false},
+		{"$x\r\nabc\r\n", "", false, false},
+		{"", "", false, false},
+	} {
+		v, free, ok := bulkReply([]byte(tc.in))
+		if v != tc.v || free != tc.free || ok != tc.ok {
+			t.Errorf("bulkReply(%q) = %q, %v, %v; want %q, %v, %v", tc.in, v, free, ok, tc.v, tc.free, tc.ok)
+		}
+	}
+}

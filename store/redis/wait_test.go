@@ -580,6 +580,11 @@ func TestWaitReshard(t *testing.T) {
 			do(n.Addr, "CLUSTER", "SETSLOT", slot, "NODE", toID)
 		}
 	}
+	// A Store whose client still maps the slot to its first master
+	// after the move: its claim (prefixed: another key in the same slot)
+	// is answered MOVED, which go-redis must follow.
+	stale := newStore(t, clusterClient(t), redis.WithKeyPrefix("moved:"))
+	mustClaim(t, stale, newKey(), newClaim(1), store.Claimed) // the slot map is read
 	mustClaim(t, a, key, first, store.Claimed)
 	waiting := startWait(t, ctx, b, key, newClaim(1))
 	waitUntil(t, func() bool {
@@ -587,10 +592,16 @@ func TestWaitReshard(t *testing.T) {
 		return strings.HasSuffix(v, "w")
 	})
 	move(src, dst, key)
-	defer move(dst, src, keysInSlot(t, dst.Addr, slot)...)
+	defer func() { move(dst, src, keysInSlot(t, dst.Addr, slot)...) }()
 	if v, _ := redistest.Do(dst.Addr, "GET", key); !strings.HasSuffix(v, "w") {
 		t.Fatalf("the claim reached %s without its mark", dst.Addr)
 	}
+	moved := newClaim(2)
+	mustClaim(t, stale, key, moved, store.Claimed)
+	if v, _ := redistest.Do(dst.Addr, "GET", "moved:"+key); v == "" {
+		t.Errorf("the claim after the move did not reach the slot's new master %s", dst.Addr)
+	}
+	mustClaim(t, stale, key, newClaim(2), store.InFlight)
 	if err := a.Complete(ctx, key, first.Token, record("kept", 1), time.Minute); err != nil {
 		t.Fatal(err)
 	}
