@@ -227,3 +227,41 @@ func TestCheckProbesEveryMaster(t *testing.T) {
 		}
 	}
 }
+
+// TestNewRefusesThroughSentinel: through a FailoverClient, New probes the
+// master the sentinels name, and refuses a user there that may SET but
+// not EVALSHA, as it does on a standalone server.
+func TestNewRefusesThroughSentinel(t *testing.T) {
+	ss := redistest.StartSentinel(t, redistest.SentinelConfig{})
+	for _, tc := range []struct {
+		user  string
+		rules []string
+		want  string
+	}{
+		{"sentinel-no-evalsha", without(storeRules, "+evalsha"), "EVALSHA"},
+		{"sentinel-every-command", storeRules, ""},
+	} {
+		// Set on the replica too: a failover must not change the answer.
+		for _, srv := range []*redistest.Server{ss.Master, ss.Replica} {
+			if _, err := redistest.Do(srv.Addr, append([]string{"ACL", "SETUSER", tc.user, "reset", "on", ">pw"}, tc.rules...)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := goredis.NewFailoverClient(&goredis.FailoverOptions{
+			MasterName:            ss.MasterName,
+			SentinelAddrs:         ss.SentinelAddrs(),
+			Username:              tc.user,
+			Password:              "pw",
+			ContextTimeoutEnabled: true,
+		})
+		_, err := redis.New(c, redis.WithCallTimeout(testBudget))
+		c.Close()
+		t.Logf("%s: New: %v", tc.user, err)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: New refused a user that may run every command: %v", tc.user, err)
+		case tc.want != "" && (!errors.Is(err, redis.ErrPermission) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: New: %v, want ErrPermission naming %s", tc.user, err, tc.want)
+		}
+	}
+}
