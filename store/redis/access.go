@@ -21,8 +21,8 @@ import (
 // SETRANGE, DEL), and WAIT in the WithWaitReplicas mode, on keys named as
 // the store names them (the prefix of WithKeyPrefix, then "idem:v1:").
 // Such a user would claim keys and run handlers, but keep nothing: every
-// retry would run its handler again. Check returns it wrapped with the
-// command and the server's answer.
+// retry would run its handler again. New and Check return it wrapped with
+// the server, the command and the server's answer.
 var ErrPermission = errors.New("idemkey: redis: the Redis user may not run every command the store sends")
 
 // How long Check's probe keys live at most: the claim (extended once to
@@ -40,7 +40,8 @@ const (
 // misses what only running shows: the commands a script calls are checked
 // when the script runs, and a script's refused redis.pcall answers no
 // error at all. So the probe runs the commands, and reads back what the
-// scripts wrote.
+// scripts wrote. It sends no ACL command: it works the same for a user
+// that may not run any, and on servers without ACLs.
 //
 // In a cluster one probe key is placed on each master, when the client can
 // say which master holds a key (MasterForKey) and list the masters
@@ -51,25 +52,30 @@ func (s *Store) checkAccess(ctx context.Context) (string, error) {
 	p.wait = 0 // the claim's WAIT is checked by itself, below
 	keys, err := s.probeKeys(ctx)
 	if err != nil {
-		return "", unavailable("check", err)
+		return "", unavailable("check "+serverName(s.client), err)
 	}
-	for _, key := range keys {
-		if warn, err := p.probe(ctx, key); err != nil || warn != "" {
-			return warn, err
+	for _, k := range keys {
+		warn, err := p.probe(ctx, k.key)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", k.server, err)
+		}
+		if warn != "" {
+			return k.server + ": " + warn, nil
 		}
 	}
 	if s.wait > 0 {
 		bctx := s.clock.budget(ctx, s.timeout)
 		if err := s.exec(bctx, nil, goredis.NewIntCmd(bctx, "wait", 0, 0)); err != nil {
-			return "", refused("WAIT", err)
+			return "", fmt.Errorf("%s: %w", serverName(s.client), refused("WAIT", err))
 		}
 	}
 	return "", nil
 }
 
 // probe runs the store's commands on key (a store key; the prefix is added
-// as for any other). A probe that stops half way releases its claim if it
-// can; otherwise the claim lapses within 20 seconds.
+// as for any other), and deletes the key when it is done. A probe that
+// stops half way releases its claim if it can; otherwise the claim lapses
+// within 20 seconds.
 func (s *Store) probe(ctx context.Context, key string) (warn string, err error) {
 	name := s.name(key)
 	token := probeToken()
@@ -89,6 +95,9 @@ func (s *Store) probe(ctx context.Context, key string) (warn string, err error) 
 	}
 	claim := store.Claim{Token: token, TTL: probeClaim}
 	switch res, err := s.Claim(ctx, key, claim); {
+	case err != nil && goredis.HasErrorPrefix(err, "ERR syntax error"):
+		// Before 7.0, SET takes NX or GET, not both.
+		return "", fmt.Errorf("%w: SET ... NX GET (the claim) is refused as a syntax error: %w", ErrServerVersion, redisError(err))
 	case err != nil:
 		return outOfMemory("SET ... NX GET (the claim)", err)
 	case res.State != store.Claimed:
@@ -136,6 +145,12 @@ func (s *Store) probe(ctx context.Context, key string) (warn string, err error) 
 	case err != nil:
 		return outOfMemory("EVALSHA of the complete script (GETRANGE, SET)", err)
 	}
+	// Done: delete the record, with the script idemctl deletes keys with,
+	// so that the probe leaves nothing behind. Should that fail, the
+	// record lapses within probeRetention.
+	if val, err := encodeRecord(rec, token); err == nil {
+		s.run(ctx, deleteScript, name, val, s.hub.arg)
+	}
 	return "", nil
 }
 
@@ -153,15 +168,18 @@ func (s *Store) probeValue(ctx context.Context, name string) (inFlight, error) {
 	return f, nil
 }
 
+// probeKey is a key Check probes, and the server it lives on.
+type probeKey struct{ key, server string }
+
 // probeKeys returns the store keys Check probes: one on each master of a
 // cluster client that can say where a key lives, else one. A probe key is
 // named as store.KeyName names keys, with a random digest, so that every
 // key pattern that covers the store's keys covers it.
-func (s *Store) probeKeys(ctx context.Context) ([]string, error) {
+func (s *Store) probeKeys(ctx context.Context) ([]probeKey, error) {
 	walker, ok1 := s.client.(masterWalker)
 	pinner, ok2 := s.client.(nodePinner)
 	if !ok1 || !ok2 {
-		return []string{probeKey()}, nil
+		return []probeKey{{newProbeKey(), serverName(s.client)}}, nil
 	}
 	var mu sync.Mutex // ForEachMaster calls fn for every master at once
 	masters := make(map[string]bool)
@@ -175,22 +193,22 @@ func (s *Store) probeKeys(ctx context.Context) ([]string, error) {
 	}); err != nil {
 		return nil, err
 	}
-	var keys []string
+	var keys []probeKey
 	// Each try lands on a given one of n masters with chance 1/n: 64
 	// tries per master miss one with odds under 1 in 10^27.
 	for i := 0; i < 64*len(masters) && len(masters) > 0; i++ {
-		key := probeKey()
+		key := newProbeKey()
 		node, err := pinner.MasterForKey(ctx, s.name(key))
 		if err != nil {
 			return nil, err
 		}
 		if addr := node.Options().Addr; masters[addr] {
 			delete(masters, addr)
-			keys = append(keys, key)
+			keys = append(keys, probeKey{key, addr})
 		}
 	}
 	if len(keys) == 0 {
-		keys = append(keys, probeKey())
+		keys = append(keys, probeKey{newProbeKey(), serverName(s.client)})
 	}
 	return keys, nil
 }
@@ -201,7 +219,7 @@ type masterWalker interface {
 	ForEachMaster(ctx context.Context, fn func(ctx context.Context, node *goredis.Client) error) error
 }
 
-func probeKey() string {
+func newProbeKey() string {
 	var b [32]byte
 	rand.Read(b[:])
 	return store.KeyPrefix + "{" + hex.EncodeToString(b[:]) + "}"

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -27,39 +28,41 @@ func without(rules []string, drop ...string) []string {
 	return slices.DeleteFunc(slices.Clone(rules), func(r string) bool { return slices.Contains(drop, r) })
 }
 
-// TestCheckRefusesUsersThatCannotKeep: Check refuses, with ErrPermission
+// TestNewRefusesUsersThatCannotKeep: New refuses, with ErrPermission
 // naming what was refused, every Redis user that may not run each command
-// the store sends, on keys named as the store names them. Without the
-// check, a user that may SET but not run the scripts claims every key, runs
-// every handler and keeps nothing: each retry runs its handler again.
-func TestCheckRefusesUsersThatCannotKeep(t *testing.T) {
+// the store sends, on keys named as the store names them; Check refuses
+// them too, and a user that may not read INFO. Without the check, a user
+// that may SET but not run the scripts claims every key, runs every
+// handler and keeps nothing: each retry runs its handler again.
+func TestNewRefusesUsersThatCannotKeep(t *testing.T) {
 	srv := redistest.StartServer(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
 		rules []string
 		opts  []redis.Option
-		want  string // in the error; "" when Check must pass
+		want  string // in New's error; "" when New must pass
+		check string // in Check's error, when New passes; "" when Check must pass
 	}{
-		{"every command", storeRules, nil, ""},
-		{"claim but not keep", []string{"+set", "+get", "+pttl", "+info", "~idem:*"}, nil, "EVAL"},
-		{"no EVAL", without(storeRules, "+eval"), nil, "EVAL"},
-		{"no EVALSHA", without(storeRules, "+evalsha"), nil, "EVALSHA"},
-		{"no SET", without(storeRules, "+set"), nil, "SET"},
-		{"no GET", without(storeRules, "+get"), nil, "GET"},
-		{"no PTTL", without(storeRules, "+pttl"), nil, "PTTL"},
-		{"scripts may not GETRANGE", without(storeRules, "+getrange"), nil, "EVAL"},
-		{"scripts may not PEXPIRE", without(storeRules, "+pexpire"), nil, "extend"},
-		{"scripts may not SETRANGE", without(storeRules, "+setrange"), nil, "SETRANGE"},
-		{"scripts may not DEL", without(storeRules, "+del"), nil, "release"},
-		{"no INFO", without(storeRules, "+info"), nil, "INFO"},
-		{"keys of another pattern", append(without(storeRules, "~idem:*"), "~other:*"), nil, "EVAL"},
-		{"read-only keys", append(without(storeRules, "~idem:*"), "%R~idem:*"), nil, "EVAL"},
-		{"write-only keys", append(without(storeRules, "~idem:*"), "%W~idem:*"), nil, "EVAL"},
-		{"a prefix the pattern covers", append(without(storeRules, "~idem:*"), "~billing:idem:*"), []redis.Option{redis.WithKeyPrefix("billing:")}, ""},
-		{"a prefix the pattern does not cover", storeRules, []redis.Option{redis.WithKeyPrefix("billing:")}, "EVAL"},
-		{"WAIT mode without WAIT", storeRules, []redis.Option{redis.WithWaitReplicas(1, 10*time.Millisecond)}, "WAIT"},
-		{"WAIT mode with WAIT", append(slices.Clone(storeRules), "+wait"), []redis.Option{redis.WithWaitReplicas(1, 10*time.Millisecond)}, ""},
+		{"every command", storeRules, nil, "", ""},
+		{"claim but not keep", []string{"+set", "+get", "+pttl", "+info", "~idem:*"}, nil, "EVAL", ""},
+		{"no EVAL", without(storeRules, "+eval"), nil, "EVAL", ""},
+		{"no EVALSHA", without(storeRules, "+evalsha"), nil, "EVALSHA", ""},
+		{"no SET", without(storeRules, "+set"), nil, "SET", ""},
+		{"no GET", without(storeRules, "+get"), nil, "GET", ""},
+		{"no PTTL", without(storeRules, "+pttl"), nil, "PTTL", ""},
+		{"scripts may not GETRANGE", without(storeRules, "+getrange"), nil, "EVAL", ""},
+		{"scripts may not PEXPIRE", without(storeRules, "+pexpire"), nil, "extend", ""},
+		{"scripts may not SETRANGE", without(storeRules, "+setrange"), nil, "SETRANGE", ""},
+		{"scripts may not DEL", without(storeRules, "+del"), nil, "release", ""},
+		{"no INFO", without(storeRules, "+info"), nil, "", "INFO"},
+		{"keys of another pattern", append(without(storeRules, "~idem:*"), "~other:*"), nil, "EVAL", ""},
+		{"read-only keys", append(without(storeRules, "~idem:*"), "%R~idem:*"), nil, "EVAL", ""},
+		{"write-only keys", append(without(storeRules, "~idem:*"), "%W~idem:*"), nil, "EVAL", ""},
+		{"a prefix the pattern covers", append(without(storeRules, "~idem:*"), "~billing:idem:*"), []redis.Option{redis.WithKeyPrefix("billing:")}, "", ""},
+		{"a prefix the pattern does not cover", storeRules, []redis.Option{redis.WithKeyPrefix("billing:")}, "EVAL", ""},
+		{"WAIT mode without WAIT", storeRules, []redis.Option{redis.WithWaitReplicas(1, 10*time.Millisecond)}, "WAIT", ""},
+		{"WAIT mode with WAIT", append(slices.Clone(storeRules), "+wait"), []redis.Option{redis.WithWaitReplicas(1, 10*time.Millisecond)}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			user := strings.NewReplacer(" ", "-").Replace(tc.name)
@@ -69,54 +72,101 @@ func TestCheckRefusesUsersThatCannotKeep(t *testing.T) {
 			}
 			c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, Username: user, Password: "pw", ContextTimeoutEnabled: true})
 			t.Cleanup(func() { c.Close() })
-			st := newStore(t, c, tc.opts...)
-			_, err := st.Check(ctx)
-			t.Logf("Check: %v", err)
-			if tc.want == "" {
-				if err != nil {
-					t.Fatalf("Check refused a user that may run every command: %v", err)
+			st, err := redis.New(c, append([]redis.Option{redis.WithCallTimeout(testBudget)}, tc.opts...)...)
+			t.Logf("New: %v", err)
+			if tc.want != "" {
+				if !errors.Is(err, redis.ErrPermission) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), srv.Addr) {
+					t.Fatalf("New: %v, want ErrPermission naming %s and the server", err, tc.want)
 				}
-				if tc.opts != nil {
-					checkProbeLeftovers(t, srv.Addr, "billing:*")
-					return
+				if errors.Is(err, store.ErrUnavailable) {
+					t.Errorf("a refusal reported as the server being unavailable: %v", err)
 				}
-				// And the store works for that user.
-				key := newKey()
-				cm := newClaim(1)
-				mustClaim(t, st, key, cm, store.Claimed)
-				if err := st.Extend(ctx, key, cm.Token, time.Minute); err != nil {
-					t.Fatal(err)
-				}
-				if err := st.Complete(ctx, key, cm.Token, record("ok", 1), time.Minute); err != nil {
-					t.Fatal(err)
-				}
-				mustClaim(t, st, key, newClaim(1), store.Completed)
 				return
 			}
-			if !errors.Is(err, redis.ErrPermission) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Check: %v, want ErrPermission naming %s", err, tc.want)
+			if err != nil {
+				t.Fatalf("New refused a user that may run every command: %v", err)
 			}
-			if errors.Is(err, store.ErrUnavailable) {
-				t.Errorf("a refusal reported as the server being unavailable: %v", err)
+			_, err = st.Check(ctx)
+			t.Logf("Check: %v", err)
+			if tc.check != "" {
+				if !errors.Is(err, redis.ErrPermission) || !strings.Contains(err.Error(), tc.check) {
+					t.Fatalf("Check: %v, want ErrPermission naming %s", err, tc.check)
+				}
+				return
 			}
+			if err != nil {
+				t.Fatalf("Check refused a user that may run every command: %v", err)
+			}
+			if tc.opts != nil {
+				checkProbeLeftovers(t, srv.Addr, "billing:*", 0)
+				return
+			}
+			// And the store works for that user.
+			key := newKey()
+			cm := newClaim(1)
+			mustClaim(t, st, key, cm, store.Claimed)
+			if err := st.Extend(ctx, key, cm.Token, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Complete(ctx, key, cm.Token, record("ok", 1), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			mustClaim(t, st, key, newClaim(1), store.Completed)
 		})
 	}
 }
 
-// checkProbeLeftovers checks that a probe that passed left one key behind,
-// a record that lapses within a second.
-func checkProbeLeftovers(t *testing.T, addr, pattern string) {
+// TestNewProbeTouchesNoRealKey: New's probe writes only a key of its own,
+// which it deletes, and leaves the store's keys as they were: a claim in
+// flight and a kept record.
+func TestNewProbeTouchesNoRealKey(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	prefix := "real-" + randomHex(4) + ":"
+	c := newClient(t, srv.Addr)
+	st := newStore(t, c, redis.WithKeyPrefix(prefix))
+	claimed, kept := newKey(), newKey()
+	mustClaim(t, st, claimed, newClaim(1), store.Claimed)
+	cm := newClaim(2)
+	mustClaim(t, st, kept, cm, store.Claimed)
+	if err := st.Complete(ctx, kept, cm.Token, record("kept", 2), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	before := make(map[string]string)
+	for _, k := range keysOn(t, srv.Addr, prefix+"*") {
+		before[k], _ = redistest.Do(srv.Addr, "GET", k)
+	}
+	if len(before) != 2 {
+		t.Fatalf("keys %q, want the test's two", before)
+	}
+	newStore(t, c, redis.WithKeyPrefix(prefix))
+	after := keysOn(t, srv.Addr, prefix+"*")
+	if len(after) != 2 {
+		t.Fatalf("after New: keys %q, want the test's two", after)
+	}
+	for _, k := range after {
+		if now, _ := redistest.Do(srv.Addr, "GET", k); now != before[k] {
+			t.Errorf("New's probe changed %s", k)
+		}
+	}
+}
+
+// checkProbeLeftovers checks that the probes left want keys matching
+// pattern, each a record that lapses within a second.
+func checkProbeLeftovers(t *testing.T, addr, pattern string, want int) {
 	t.Helper()
 	keys := keysOn(t, addr, pattern)
-	if len(keys) != 1 {
-		t.Fatalf("the probe left %q", keys)
+	if len(keys) != want {
+		t.Fatalf("the probes left %q, want %d keys", keys, want)
 	}
-	v, _ := redistest.Do(addr, "GET", keys[0])
-	if st, err := redis.StateOf(v); err != nil || st != store.Completed {
-		t.Errorf("the probe left %s holding %q", keys[0], v)
-	}
-	if ttl, _ := redistest.Do(addr, "PTTL", keys[0]); len(ttl) > 4 {
-		t.Errorf("%s lives %s ms", keys[0], ttl)
+	for _, k := range keys {
+		v, _ := redistest.Do(addr, "GET", k)
+		if st, err := redis.StateOf(v); err != nil || st != store.Completed {
+			t.Errorf("the probe left %s holding %q", k, v)
+		}
+		if ttl, _ := redistest.Do(addr, "PTTL", k); len(ttl) > 4 {
+			t.Errorf("%s lives %s ms", k, ttl)
+		}
 	}
 }
 
@@ -139,18 +189,79 @@ func TestCheckAtMaxmemory(t *testing.T) {
 }
 
 // TestCheckProbesEveryMaster: in a cluster, ACLs are set node by node, so
-// Check probes each master, with a key in one of its slots.
+// New and Check probe each master, with a key in one of its slots: a user
+// that may not run EVALSHA on one master is refused, with that master
+// named, whichever it is.
 func TestCheckProbesEveryMaster(t *testing.T) {
 	cl := sharedCluster(t)
+	ctx := context.Background()
+	for i, bad := range cl.Addrs() {
+		user := fmt.Sprintf("cluster-%d-%s", i, randomHex(4))
+		for _, addr := range cl.Addrs() {
+			rules := append(slices.Clone(storeRules), "+cluster", "+ping")
+			if addr == bad {
+				rules = without(rules, "+evalsha")
+			}
+			if _, err := redistest.Do(addr, append([]string{"ACL", "SETUSER", user, "reset", "on", ">pw"}, rules...)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs(), Username: user, Password: "pw", ContextTimeoutEnabled: true})
+		_, err := redis.New(c, redis.WithCallTimeout(testBudget))
+		c.Close()
+		if !errors.Is(err, redis.ErrPermission) || !strings.Contains(err.Error(), "EVALSHA") || !strings.Contains(err.Error(), bad) {
+			t.Errorf("EVALSHA refused on %s: New: %v, want ErrPermission naming EVALSHA and the master", bad, err)
+		}
+	}
+
 	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	prefix := "probe-" + randomHex(4) + ":"
-	if _, err := newStore(t, c, redis.WithKeyPrefix(prefix)).Check(context.Background()); err != nil {
+	st := newStore(t, c, redis.WithKeyPrefix(prefix))
+	if _, err := st.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, addr := range cl.Addrs() {
-		if keys := keysOn(t, addr, prefix+"*"); len(keys) != 1 {
-			t.Errorf("master %s holds probe keys %q, want one", addr, keys)
+		if keys := keysOn(t, addr, prefix+"*"); len(keys) != 0 {
+			t.Errorf("master %s holds probe keys %q after New and Check, want none", addr, keys)
+		}
+	}
+}
+
+// TestNewRefusesThroughSentinel: through a FailoverClient, New probes the
+// master the sentinels name, and refuses a user there that may SET but
+// not EVALSHA, as it does on a standalone server.
+func TestNewRefusesThroughSentinel(t *testing.T) {
+	ss := redistest.StartSentinel(t, redistest.SentinelConfig{})
+	for _, tc := range []struct {
+		user  string
+		rules []string
+		want  string
+	}{
+		{"sentinel-no-evalsha", without(storeRules, "+evalsha"), "EVALSHA"},
+		{"sentinel-every-command", storeRules, ""},
+	} {
+		// Set on the replica too: a failover must not change the answer.
+		for _, srv := range []*redistest.Server{ss.Master, ss.Replica} {
+			if _, err := redistest.Do(srv.Addr, append([]string{"ACL", "SETUSER", tc.user, "reset", "on", ">pw"}, tc.rules...)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := goredis.NewFailoverClient(&goredis.FailoverOptions{
+			MasterName:            ss.MasterName,
+			SentinelAddrs:         ss.SentinelAddrs(),
+			Username:              tc.user,
+			Password:              "pw",
+			ContextTimeoutEnabled: true,
+		})
+		_, err := redis.New(c, redis.WithCallTimeout(testBudget))
+		c.Close()
+		t.Logf("%s: New: %v", tc.user, err)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: New refused a user that may run every command: %v", tc.user, err)
+		case tc.want != "" && (!errors.Is(err, redis.ErrPermission) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: New: %v, want ErrPermission naming %s", tc.user, err, tc.want)
 		}
 	}
 }

@@ -72,8 +72,9 @@ func (n NodeReport) Persistent() bool {
 // them to: it claims, extends, releases, claims again and completes a probe
 // key of its own, named as the store names keys (WithKeyPrefix included;
 // one on each master of a cluster), and reads back what the scripts wrote.
-// The probe's record lives for one second. Call Check once at start,
-// before serving: New sends nothing to the server.
+// The probe deletes its key when done. New runs the same probe (not
+// the settings); call Check once at start too, before serving, to learn
+// of a server that may evict claims.
 //
 // It returns an error wrapping ErrServerVersion when a node is older than
 // Redis 7.0; one wrapping ErrPermission, naming the command, when the user
@@ -86,8 +87,12 @@ func (n NodeReport) Persistent() bool {
 // never refused: running without it is a choice (see the package
 // documentation). So is a user that may not PUBLISH or SUBSCRIBE on the
 // wake channel (Wait's, see the package documentation): its waiters are
-// not woken, which Report.Warnings says. Each question has the call budget of WithCallTimeout.
+// not woken, which Report.Warnings says. Each question has the call
+// budget of WithCallTimeout, and all of them together the start budget of
+// WithStartTimeout when ctx has no deadline; errors name the server.
 func (s *Store) Check(ctx context.Context) (Report, error) {
+	ctx, cancel := s.startContext(ctx)
+	defer cancel()
 	var (
 		mu    sync.Mutex
 		rep   Report
@@ -114,7 +119,7 @@ func (s *Store) Check(ctx context.Context) (Report, error) {
 		if err := c.ForEachShard(ctx, func(ctx context.Context, node *goredis.Client) error {
 			return one(ctx, node, node.Options().Addr)
 		}); err != nil {
-			return Report{}, unavailable("check", err)
+			return Report{}, unavailable("check "+serverName(s.client), err)
 		}
 	case clientOptions:
 		addr := c.Options().Addr
@@ -129,7 +134,7 @@ func (s *Store) Check(ctx context.Context) (Report, error) {
 		return Report{}, first
 	}
 	if len(rep.Nodes) == 0 {
-		return Report{}, unavailable("check", errors.New("no nodes to check"))
+		return Report{}, unavailable("check "+serverName(s.client), errors.New("no nodes to check"))
 	}
 	slices.SortFunc(rep.Nodes, func(a, b NodeReport) int { return strings.Compare(a.Addr, b.Addr) })
 	for _, n := range rep.Nodes {

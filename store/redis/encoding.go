@@ -18,9 +18,10 @@ import (
 // the zero time).
 //
 //	in flight, v2: tag 0x21 | token length u8 | token | fingerprint [32] |
-//	               created-at i64 | expires-at i64
+//	               created-at i64 | expires-at i64 | 'w', when a repeat waits
 //	record, v2:    tag 0x22 | token length u8 | token | flags u8 | status u16 |
-//	               fingerprint [32] | created-at i64 | completed-at i64 |
+//	               fingerprint [32] | raw digest [32], when flag bit 1 |
+//	               created-at i64 | completed-at i64 |
 //	               header block length u32 | header block | body (every byte to the end)
 //
 // and, read but no longer written:
@@ -32,13 +33,23 @@ import (
 //
 // The header block holds the header names in sorted order, each as name
 // length u16 | name | value count u16 | (value length u32 | value)*. Flag
-// bit 0 marks a body that was omitted.
+// bit 0 marks a body that was omitted; flag bit 1 a record that keeps the
+// digest of its request's raw bytes (store.Record.RawDigest), which then
+// follows the fingerprint. A record without one (a zero RawDigest) is
+// written without the flag and the 32 bytes, as before the flag existed,
+// so that instances of an earlier release read it; they refuse a record
+// with the flag as ErrUnreadable.
 //
 // Both kinds open with their owner: tag, token length and token. The scripts
 // compare that prefix to the caller's, so one comparison checks both what
 // the key holds and that the caller holds it: complete keeps a record only
 // over the caller's claim, and recognises the caller's own record (kept by
 // a first call whose reply was lost) as done.
+//
+// A repeat that waits for a claim (Wait) marks it with one byte at its end
+// (mark.lua), so that the complete and release scripts publish the claim's
+// end on the wake channel only when someone waits for it. Releases before
+// the mark read a marked claim as ErrUnreadable.
 //
 // A claim carries its own expiry (the claimer's clock; extend rewrites it
 // with SETRANGE), so that the claim, a plain SET ... NX GET, learns how long
@@ -52,12 +63,15 @@ const (
 	tagInFlightV2 = 0x20 | kindInFlight
 	tagRecordV2   = 0x20 | kindRecord
 
+	waitMark = 'w' // the byte a waiter appends to a version 2 claim
+
 	flagBodyOmitted = 1 << 0
+	flagRawDigest   = 1 << 1
 
 	inFlightFixed   = 32 + 8 + 8             // fingerprint, created-at, expires-at after the owner
 	inFlightV1Fixed = 32 + 8                 // fingerprint, created-at after the owner
 	expiresOffset   = 32 + 8                 // of expires-at, after the owner
-	recordFixed     = 1 + 2 + 32 + 8 + 8 + 4 // flags up to the header block, after the owner
+	recordFixed     = 1 + 2 + 32 + 8 + 8 + 4 // flags up to the header block, after the owner, without a raw digest
 )
 
 // MaxTokenLen is the longest owner token the store accepts, in bytes.
@@ -138,6 +152,9 @@ func decodeInFlight(v string) (inFlight, error) {
 		return f, unreadable(v)
 	}
 	token, rest, ok := cutOwner(v)
+	if ok && fixed == inFlightFixed && len(rest) == fixed+1 && rest[fixed] == waitMark {
+		rest = rest[:fixed] // marked by a waiter (mark.lua)
+	}
 	if !ok || len(rest) != fixed {
 		return f, fmt.Errorf("%w: claim of %d bytes", ErrUnreadable, len(v))
 	}
@@ -158,6 +175,10 @@ func encodeRecord(rec *store.Record, token string) ([]byte, error) {
 	}
 	names := make([]string, 0, len(rec.Header))
 	head := 2 + len(token) + recordFixed
+	raw := rec.RawDigest != [32]byte{}
+	if raw {
+		head += len(rec.RawDigest)
+	}
 	size := head + len(rec.Body)
 	for name, vals := range rec.Header {
 		if len(name) > 0xffff || len(vals) > 0xffff {
@@ -176,9 +197,15 @@ func encodeRecord(rec *store.Record, token string) ([]byte, error) {
 	if rec.BodyOmitted {
 		flags |= flagBodyOmitted
 	}
+	if raw {
+		flags |= flagRawDigest
+	}
 	b = append(b, flags)
 	b = binary.BigEndian.AppendUint16(b, uint16(rec.Status))
 	b = append(b, rec.Fingerprint[:]...)
+	if raw {
+		b = append(b, rec.RawDigest[:]...)
+	}
 	b = binary.BigEndian.AppendUint64(b, uint64(unixNano(rec.CreatedAt)))
 	b = binary.BigEndian.AppendUint64(b, uint64(unixNano(rec.CompletedAt)))
 	b = append(b, 0, 0, 0, 0) // header block length, set below
@@ -232,22 +259,30 @@ func decodeRecordFields(v string) (*store.Record, error) {
 		return nil, fmt.Errorf("%w: record cut short", ErrUnreadable)
 	}
 	flags := v[0]
-	if flags&^flagBodyOmitted != 0 {
+	if flags&^(flagBodyOmitted|flagRawDigest) != 0 {
 		return nil, fmt.Errorf("%w: record flags %#x", ErrUnreadable, flags)
 	}
 	rec := &store.Record{
 		Status:      int(be16(v[1:])),
 		BodyOmitted: flags&flagBodyOmitted != 0,
-		CreatedAt:   fromUnixNano(int64(be64(v[35:]))),
-		CompletedAt: fromUnixNano(int64(be64(v[43:]))),
 	}
 	copy(rec.Fingerprint[:], v[3:35])
-	hlen := uint64(be32(v[51:]))
-	if hlen > uint64(len(v)-recordFixed) {
+	o := 35 // created-at
+	if flags&flagRawDigest != 0 {
+		if len(v) < recordFixed+len(rec.RawDigest) {
+			return nil, fmt.Errorf("%w: record cut short", ErrUnreadable)
+		}
+		o += copy(rec.RawDigest[:], v[o:])
+	}
+	rec.CreatedAt = fromUnixNano(int64(be64(v[o:])))
+	rec.CompletedAt = fromUnixNano(int64(be64(v[o+8:])))
+	fixed := o + 20 // the header block
+	hlen := uint64(be32(v[o+16:]))
+	if hlen > uint64(len(v)-fixed) {
 		return nil, fmt.Errorf("%w: header block overruns the record", ErrUnreadable)
 	}
-	h := v[recordFixed : recordFixed+int(hlen)]
-	body := v[recordFixed+int(hlen):]
+	h := v[fixed : fixed+int(hlen)]
+	body := v[fixed+int(hlen):]
 	if len(h) > 0 {
 		rec.Header = make(http.Header)
 	}

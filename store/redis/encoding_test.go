@@ -33,8 +33,8 @@ func sampleRecord() *store.Record {
 
 func sameRecord(t *testing.T, got, want *store.Record) {
 	t.Helper()
-	if got.Status != want.Status || got.BodyOmitted != want.BodyOmitted || got.Fingerprint != want.Fingerprint {
-		t.Errorf("record fields = %d %v %x, want %d %v %x", got.Status, got.BodyOmitted, got.Fingerprint, want.Status, want.BodyOmitted, want.Fingerprint)
+	if got.Status != want.Status || got.BodyOmitted != want.BodyOmitted || got.Fingerprint != want.Fingerprint || got.RawDigest != want.RawDigest {
+		t.Errorf("record fields = %d %v %x %x, want %d %v %x %x", got.Status, got.BodyOmitted, got.Fingerprint, got.RawDigest, want.Status, want.BodyOmitted, want.Fingerprint, want.RawDigest)
 	}
 	if !got.CreatedAt.Equal(want.CreatedAt) || !got.CompletedAt.Equal(want.CompletedAt) {
 		t.Errorf("times = %v %v, want %v %v", got.CreatedAt, got.CompletedAt, want.CreatedAt, want.CompletedAt)
@@ -57,6 +57,9 @@ func TestRecordRoundTrip(t *testing.T) {
 		"zero times and long header": {Status: 400, Header: http.Header{
 			"X-Long": {strings.Repeat("v", 70000)},
 		}},
+		"raw digest":          withRawDigest(sampleRecord()),
+		"raw digest, omitted": {Status: 200, BodyOmitted: true, RawDigest: [32]byte{31: 1}},
+		"raw digest only":     {Status: 204, RawDigest: [32]byte{0: 0xff}},
 	}
 	for name, rec := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -76,6 +79,38 @@ func TestRecordRoundTrip(t *testing.T) {
 			}
 			sameRecord(t, got, rec)
 		})
+	}
+}
+
+func withRawDigest(rec *store.Record) *store.Record {
+	for i := range rec.RawDigest {
+		rec.RawDigest[i] = byte(0xa0 + i)
+	}
+	return rec
+}
+
+// TestRecordRawDigest: a record that keeps a raw digest costs 32 bytes
+// more and sets flag bit 1; one without it is written as before the flag
+// existed, byte for byte, so that an earlier release reads it.
+func TestRecordRawDigest(t *testing.T) {
+	without, err := encodeRecord(sampleRecord(), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err := encodeRecord(withRawDigest(sampleRecord()), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(with) != len(without)+32 {
+		t.Errorf("with a raw digest %d bytes, without %d: want 32 more", len(with), len(without))
+	}
+	flags := 2 + len("tok")
+	if without[flags] != 0 || with[flags] != flagRawDigest {
+		t.Errorf("flags %#x without, %#x with a raw digest", without[flags], with[flags])
+	}
+	// Cut short inside the digest.
+	if _, _, err := decodeRecord(string(with[:flags+1+2+32+16])); !errors.Is(err, ErrUnreadable) {
+		t.Errorf("a record cut inside its raw digest: %v, want ErrUnreadable", err)
 	}
 }
 
@@ -165,6 +200,29 @@ func TestRecordV2Golden(t *testing.T) {
 		t.Errorf("token %q, want %q", token, goldenToken)
 	}
 	sameRecord(t, got, sampleRecord())
+}
+
+// TestRecordV2RawDigestGolden pins the version 2 layout of a record that
+// keeps a raw digest (flag bit 1): it must stay readable by every later
+// version. Never regenerate it for tag 0x22.
+func TestRecordV2RawDigestGolden(t *testing.T) {
+	want := withRawDigest(sampleRecord())
+	b, err := encodeRecord(want, goldenToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := readGolden(t, "testdata/record-v2-raw.hex", b)
+	if !bytes.Equal(b, golden) {
+		t.Errorf("encoding changed:\n got %x\nwant %x", b, golden)
+	}
+	got, token, err := decodeRecord(string(golden))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != goldenToken {
+		t.Errorf("token %q, want %q", token, goldenToken)
+	}
+	sameRecord(t, got, want)
 }
 
 // readGolden reads a hex file from testdata, first writing b to it when
@@ -415,4 +473,50 @@ func FuzzDecodeInFlight(f *testing.F) {
 			t.Fatalf("re-encoded %x, want %x", got, b)
 		}
 	})
+}
+
+// TestInFlightMarked: a version 2 claim a waiter marked (one 'w' after its
+// fixed fields, mark.lua) decodes as the claim it was; any other byte
+// there, or two, is unreadable.
+func TestInFlightMarked(t *testing.T) {
+	created := time.Unix(1767225600, 5)
+	expires := created.Add(time.Minute)
+	v := encodeInFlight("tok", [32]byte{9}, created, expires)
+	f, err := decodeInFlight(string(v) + "w")
+	if err != nil || f.token != "tok" || f.fingerprint != [32]byte{9} || !f.created.Equal(created) || !f.expires.Equal(expires) {
+		t.Errorf("marked claim decoded as %+v, %v", f, err)
+	}
+	for _, bad := range []string{"x", "ww", "\x00"} {
+		if _, err := decodeInFlight(string(v) + bad); !errors.Is(err, ErrUnreadable) {
+			t.Errorf("claim followed by %q: %v, want ErrUnreadable", bad, err)
+		}
+	}
+}
+
+// TestBulkReply reads the claim's reply as the protocol sends it: nil in
+// RESP2 and RESP3, a bulk string of any bytes; anything else (an error
+// reply, a redirection, a malformed length) is not a claim's answer.
+func TestBulkReply(t *testing.T) {
+	for _, tc := range []struct {
+		in       string
+		v        string
+		free, ok bool
+	}{
+		{"_\r\n", "", true, true},
+		{"$-1\r\n", "", true, true},
+		{"$0\r\n\r\n", "", false, true},
+		{"$5\r\na\r\nb\x00\r\n", "a\r\nb\x00", false, true},
+		{"-MOVED 3999 127.0.0.1:6381\r\n", "", false, false},
+		{"-LOADING Redis is loading\r\n", "", false, false},
+		{"!5\r\nerror\r\n", "", false, false},
+		{"+OK\r\n", "", false, false},
+		{"$5\r\nabc\r\n", "", false, false},
+		{"$x\r\nabc\r\n", "", false, false},
+		{"", "", false, false},
+	} {
+		v, free, ok := bulkReply([]byte(tc.in))
+		if v != tc.v || free != tc.free || ok != tc.ok {
+			t.Errorf("bulkReply(%q) = %q, %v, %v; want %q, %v, %v", tc.in, v, free, ok, tc.v, tc.free, tc.ok)
+		}
+	}
 }

@@ -17,7 +17,7 @@ var (
 	clusterErr  error
 )
 
-func sharedCluster(t *testing.T) *redistest.Cluster {
+func sharedCluster(t testing.TB) *redistest.Cluster {
 	t.Helper()
 	clusterOnce.Do(func() { cluster, clusterErr = redistest.StartCluster(3) })
 	if clusterErr != nil {

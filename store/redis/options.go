@@ -24,6 +24,7 @@ type Option func(*config) error
 
 type config struct {
 	callTimeout  time.Duration
+	startTimeout time.Duration
 	waitReplicas int
 	waitTimeout  time.Duration
 	evictionWarn bool
@@ -36,7 +37,7 @@ type config struct {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{callTimeout: DefaultCallTimeout, scanCount: DefaultScanCount, scanSample: DefaultScanSample}
+	c := config{callTimeout: DefaultCallTimeout, startTimeout: DefaultStartTimeout, scanCount: DefaultScanCount, scanSample: DefaultScanSample}
 	return c, option.Apply("idemkey: redis", &c, opts)
 }
 
@@ -62,6 +63,22 @@ func WithCallTimeout(d time.Duration) Option {
 			return fmt.Errorf("WithCallTimeout(%v): the budget must be positive", d)
 		}
 		c.callTimeout = d
+		return nil
+	}
+}
+
+// WithStartTimeout sets how long New and Check may take in all, when the
+// context they are given has no deadline (New's has none): they then
+// return an error naming the server and wrapping store.ErrUnavailable once
+// d has passed. Each of their round trips is bounded by the call budget
+// (WithCallTimeout) too. Default DefaultStartTimeout (5 s); d must be
+// positive.
+func WithStartTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("WithStartTimeout(%v): the budget must be positive", d)
+		}
+		c.startTimeout = d
 		return nil
 	}
 }

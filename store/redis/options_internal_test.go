@@ -66,7 +66,7 @@ func TestContextTimeoutsDetected(t *testing.T) {
 		{"Client, told not to trust it", on, []Option{WithContextTimeouts(false)}, false},
 		{"Client without, last option wins", off, []Option{WithContextTimeouts(false), WithContextTimeouts(true)}, true},
 	} {
-		s, err := New(c.client, c.opts...)
+		s, err := build(c.client, c.opts) // what New decides before it asks the server
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -88,12 +88,12 @@ func TestWaitReplicasPins(t *testing.T) {
 	defer ring.Close()
 	wait := WithWaitReplicas(1, time.Second)
 	for _, ok := range []goredis.UniversalClient{c, cl, embedded{c}} {
-		if _, err := New(ok, wait); err != nil {
+		if _, err := build(ok, []Option{wait}); err != nil {
 			t.Errorf("%T refused for WAIT: %v", ok, err)
 		}
 	}
 	for _, bad := range []goredis.UniversalClient{ring, delegating{c}} {
-		if _, err := New(bad, wait); err == nil {
+		if _, err := build(bad, []Option{wait}); err == nil {
 			t.Errorf("%T accepted for WAIT, which it cannot pin a connection for", bad)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemkey/idemkey/internal/redistest"
@@ -15,7 +16,7 @@ import (
 )
 
 func TestWithKeyPrefixValidates(t *testing.T) {
-	c := newClient(t, "127.0.0.1:1")
+	c := newClient(t, miniredis.RunT(t).Addr())
 	for _, p := range []string{"", "billing:", "a", "svc.v2/eu-west_1:", strings.Repeat("x", redis.MaxKeyPrefixLen)} {
 		if _, err := redis.New(c, redis.WithKeyPrefix(p)); err != nil {
 			t.Errorf("WithKeyPrefix(%q) refused: %v", p, err)

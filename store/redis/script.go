@@ -7,8 +7,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// The scripts that change a key after its claim, and the one operators'
-// tools delete a key with (Delete). Each touches KEYS[1] alone and runs
+// The scripts that change a key after its claim, the one a waiter marks a
+// claim with (Wait), and the one operators' tools delete a key with
+// (Delete). Each touches KEYS[1] alone and runs
 // with EVALSHA, falling back to EVAL when the server does not have it
 // cached (a restart, a failover, a new cluster node), so nothing is loaded
 // ahead. The claim itself is a plain SET ... NX GET.
@@ -21,11 +22,14 @@ var (
 	extendSource string
 	//go:embed delete.lua
 	deleteSource string
+	//go:embed mark.lua
+	markSource string
 
 	completeScript = newScript(completeSource)
 	releaseScript  = newScript(releaseSource)
 	extendScript   = newScript(extendSource)
 	deleteScript   = newScript(deleteSource)
+	markScript     = newScript(markSource)
 )
 
 // script is a Lua script and its SHA-1, as EVALSHA names it.

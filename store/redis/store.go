@@ -1,9 +1,11 @@
 package redis
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -15,19 +17,21 @@ import (
 // key. It is safe for concurrent use. The client belongs to the caller, who
 // closes it; Store has no Close.
 type Store struct {
-	client      goredis.UniversalClient
-	ap          *goredis.AutoPipeliner // WithAutoPipeline: the client's shared, deferred face
-	now         func() time.Time       // stamps claims; tests move it with the server's clock
-	timeout     time.Duration
-	ctxTimeouts bool // go-redis stops socket reads at the context's deadline
-	wait        int
-	waitTimeout time.Duration
-	evictWarn   bool
-	clock       *slotClock // the shared deadlines of this Store's calls
-	prefix      string     // WithKeyPrefix
-	scanCount   int64      // WithScan
-	scanSample  int64
-	hub         *hub // the wake channel's subscription, for Wait
+	client       goredis.UniversalClient
+	ap           *goredis.AutoPipeliner // WithAutoPipeline: the client's shared, deferred face
+	now          func() time.Time       // stamps claims; tests move it with the server's clock
+	timeout      time.Duration
+	startTimeout time.Duration // WithStartTimeout
+	ctxTimeouts  bool          // go-redis stops socket reads at the context's deadline
+	wait         int
+	waitTimeout  time.Duration
+	evictWarn    bool
+	clock        *slotClock // the shared deadlines of this Store's calls
+	prefix       string     // WithKeyPrefix
+	scanCount    int64      // WithScan
+	scanSample   int64
+	hub          *hub       // the wake channel's subscription, for Wait
+	dials        *dialWatch // the client's dials, for ErrUnreachable
 }
 
 var (
@@ -36,13 +40,52 @@ var (
 	_ store.Waiter   = (*Store)(nil)
 )
 
-// New returns a Store on client: a *redis.Client (standalone, or from
-// NewFailoverClient for Sentinel), a *redis.ClusterClient, or any other
-// UniversalClient, such as an instrumentation wrapper. See the package
-// documentation for the client options to use. It returns an error naming
-// every problem it finds: a nil client, each invalid or nil option, and
-// WithWaitReplicas with a client that cannot pin a connection.
+// New is NewContext with context.Background(): its questions to the
+// server are bounded by WithStartTimeout (default DefaultStartTimeout).
 func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
+	return NewContext(context.Background(), client, opts...)
+}
+
+// NewContext returns a Store on client: a *redis.Client (standalone, or
+// from NewFailoverClient for Sentinel), a *redis.ClusterClient, or any
+// other UniversalClient, such as an instrumentation wrapper. See the
+// package documentation for the client options to use.
+//
+// It returns an error naming every problem it finds in its arguments: a
+// nil client, each invalid or nil option, and WithWaitReplicas with a
+// client that cannot pin a connection. Then it asks the server (every
+// master of a cluster) whether the client's user may run every command the
+// store will send, by running each on a probe key of its own (see Check;
+// the probe deletes its key when done, and touches no other key), and refuses a user that may not with an error wrapping
+// ErrPermission that names the command: a user that may claim but not
+// keep would run every request's handler and keep nothing, so that each
+// retry runs it again. A server older than Redis 7.0 is refused with
+// ErrServerVersion. A server that cannot be reached is refused too, with
+// an error that names it and wraps store.ErrUnavailable
+// (store.ErrUnreachable when no connection could be made): the store
+// cannot start without knowing what its user may do. A server out of
+// memory cannot take the probe's writes: NewContext then logs at Warn
+// level (log/slog's default logger) that the commands were not checked,
+// and returns the Store.
+//
+// The questions run under ctx, bounded by WithStartTimeout (default
+// DefaultStartTimeout) when ctx has no deadline, and each round trip by
+// the call budget (WithCallTimeout). NewContext does not read the server's
+// settings (eviction policy, persistence): Check does.
+func NewContext(ctx context.Context, client goredis.UniversalClient, opts ...Option) (*Store, error) {
+	st, err := build(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	st.dials = watchDials(client)
+	if err := st.start(ctx); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// build is NewContext without its questions to the server.
+func build(client goredis.UniversalClient, opts []Option) (*Store, error) {
 	cfg, err := newConfig(opts)
 	var errs []error
 	if err != nil {
@@ -67,18 +110,19 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 		ctxTimeouts = *cfg.ctxTimeouts
 	}
 	st := &Store{
-		client:      client,
-		ap:          ap,
-		now:         time.Now,
-		timeout:     cfg.callTimeout,
-		ctxTimeouts: ctxTimeouts,
-		wait:        cfg.waitReplicas,
-		waitTimeout: cfg.waitTimeout,
-		evictWarn:   cfg.evictionWarn,
-		clock:       newSlotClock(),
-		prefix:      cfg.keyPrefix,
-		scanCount:   cfg.scanCount,
-		scanSample:  cfg.scanSample,
+		client:       client,
+		ap:           ap,
+		now:          time.Now,
+		timeout:      cfg.callTimeout,
+		startTimeout: cfg.startTimeout,
+		ctxTimeouts:  ctxTimeouts,
+		wait:         cfg.waitReplicas,
+		waitTimeout:  cfg.waitTimeout,
+		evictWarn:    cfg.evictionWarn,
+		clock:        newSlotClock(),
+		prefix:       cfg.keyPrefix,
+		scanCount:    cfg.scanCount,
+		scanSample:   cfg.scanSample,
 	}
 	st.hub = newHub(client, cfg.keyPrefix+wakeChannel, cfg.callTimeout)
 	return st, nil
@@ -87,7 +131,8 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 // Claim claims key for c.Token with a life of c.TTL, or reports what holds
 // it, in one round trip (two in the WithWaitReplicas mode, when the claim
 // is made): SET key claim PX ttl NX GET, which answers nil when it claimed
-// the key and otherwise the value that holds it. Backend failures wrap
+// the key and otherwise the value that holds it (read as the protocol's
+// bytes, see sendClaim). Backend failures wrap
 // store.ErrUnavailable; a value this version cannot read is ErrUnreadable.
 // c.TTL is rounded up to whole milliseconds and must be positive; c.Token
 // must be 1 to MaxTokenLen bytes.
@@ -118,22 +163,21 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 	now := s.now()
 	val := encodeInFlight(c.Token, c.Fingerprint, now, now.Add(time.Duration(ttl)*time.Millisecond))
 	bctx := s.clock.budget(ctx, s.timeout)
-	cmd := goredis.NewStringCmd(bctx, "set", key, val, "px", ttl, "nx", "get")
-	err = s.exec(bctx, conn, cmd)
-	if err != nil && err != goredis.Nil && goredis.HasErrorPrefix(err, "OOM") {
+	v, free, err := s.sendClaim(bctx, conn, key, val, ttl)
+	if err != nil && goredis.HasErrorPrefix(err, "OOM") {
 		get := goredis.NewStringCmd(bctx, "get", key)
 		if gerr := s.exec(bctx, conn, get); gerr == nil {
-			cmd, err = get, nil // the key holds a value: answer from it
+			v, err = get.Val(), nil // the key holds a value: answer from it
 		}
 	}
 	var res store.Result
 	switch {
-	case err == goredis.Nil:
-		res = store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}
 	case err != nil:
 		return store.Result{}, unavailable("claim", err)
+	case free:
+		res = store.Result{State: store.Claimed, Fingerprint: c.Fingerprint}
 	default:
-		if res, err = s.held(bctx, conn, key, cmd.Val(), c.Token, now); err != nil {
+		if res, err = s.held(bctx, conn, key, v, c.Token, now); err != nil {
 			return store.Result{}, fmt.Errorf("idemkey: redis: claim: %w", err)
 		}
 	}
@@ -143,6 +187,61 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 		}
 	}
 	return res, nil
+}
+
+// sendClaim sends the claim, SET key val PX ttl NX GET, and returns the
+// value that held key, or free when the claim took it.
+//
+// A won claim answers nil, which go-redis reports as the error redis.Nil;
+// and go-redis puts every error a command answers through its retry
+// classifier, which costs a won claim some 20 allocations and 3 µs. So
+// the claim goes as a RawCmd, whose reply go-redis hands over as the bytes
+// of the protocol: nil, a bulk string (the value that holds the key), or
+// an error reply, which go-redis did not see as one and so neither
+// followed (MOVED, ASK) nor retried (LOADING, READONLY, TRYAGAIN). A SET
+// that answers an error has not run: it is sent again, once, as go-redis's
+// own StringCmd, which does all that and reports the error. A claim go-redis
+// resends after a lost reply (either kind) finds the caller's token and
+// answers Mine, as before.
+func (s *Store) sendClaim(ctx context.Context, conn *goredis.Conn, key string, val []byte, ttl int64) (v string, free bool, err error) {
+	raw := goredis.NewRawCmd(ctx, "set", key, val, "px", ttl, "nx", "get")
+	if err := s.exec(ctx, conn, raw); err != nil {
+		return "", false, err
+	}
+	if v, free, ok := bulkReply(raw.Val()); ok {
+		return v, free, nil
+	}
+	cmd := goredis.NewStringCmd(ctx, "set", key, val, "px", ttl, "nx", "get")
+	switch err := s.exec(ctx, conn, cmd); err {
+	case nil:
+		return cmd.Val(), false, nil
+	case goredis.Nil:
+		return "", true, nil
+	default:
+		return "", false, err
+	}
+}
+
+// bulkReply reads a reply in the protocol's bytes (RESP2 or RESP3) that is
+// nil (free) or a bulk string (v). It reports false for any other reply.
+func bulkReply(r []byte) (v string, free, ok bool) {
+	switch {
+	case len(r) == 3 && r[0] == '_': // RESP3 null
+		return "", true, true
+	case len(r) < 5 || r[0] != '$':
+		return "", false, false
+	case r[1] == '-': // RESP2 null bulk string, $-1
+		return "", true, true
+	}
+	i := bytes.IndexByte(r, '\r')
+	if i < 2 {
+		return "", false, false
+	}
+	n, err := strconv.Atoi(string(r[1:i]))
+	if err != nil || n < 0 || len(r) != i+2+n+2 {
+		return "", false, false
+	}
+	return string(r[i+2 : i+2+n]), false, true
 }
 
 // held reads the value a claim found on key: a record, the caller's own
@@ -272,12 +371,6 @@ func ownerResult(op string, reply any, err error) error {
 		return store.ErrNotOwner
 	}
 	return fmt.Errorf("idemkey: redis: %s: %w: reply %T %v", op, ErrUnreadable, reply, reply)
-}
-
-// unavailable wraps a backend failure so that errors.Is finds both
-// store.ErrUnavailable and the cause.
-func unavailable(op string, err error) error {
-	return fmt.Errorf("idemkey: redis: %s: %w: %w", op, store.ErrUnavailable, err)
 }
 
 // millis returns d in whole milliseconds, rounded up.

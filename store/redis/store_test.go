@@ -191,6 +191,27 @@ func TestLifecycle(t *testing.T) {
 	mustClaim(t, st, key, b, store.Claimed)
 }
 
+// TestRawDigestKept: a record's raw digest is kept beside its
+// fingerprint and comes back with the replay, and a record kept without
+// one comes back with a zero digest.
+func TestRawDigestKept(t *testing.T) {
+	st, _ := miniStore(t)
+	ctx := context.Background()
+	for _, raw := range [][32]byte{{1, 2, 3, 31: 4}, {}} {
+		key, c := newKey(), newClaim(1)
+		mustClaim(t, st, key, c, store.Claimed)
+		rec := record("x", 1)
+		rec.RawDigest = raw
+		if err := st.Complete(ctx, key, c.Token, rec, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		res := mustClaim(t, st, key, newClaim(1), store.Completed)
+		if res.Record.RawDigest != raw || res.Record.Fingerprint != rec.Fingerprint {
+			t.Errorf("replayed raw digest %x, fingerprint %x; want %x, %x", res.Record.RawDigest, res.Record.Fingerprint, raw, rec.Fingerprint)
+		}
+	}
+}
+
 func TestRelease(t *testing.T) {
 	st, mr := miniStore(t)
 	ctx := context.Background()

@@ -56,13 +56,19 @@ func (s *Store) exec(ctx context.Context, conn *goredis.Conn, cmd goredis.Cmder)
 	}
 	if s.ctxTimeouts {
 		p.Process(ctx, cmd)
-		return cmd.Err()
+		if err := cmd.Err(); err != nil {
+			return s.unreached(err)
+		}
+		return nil
 	}
 	_, err := bounded(ctx, func(ctx context.Context) (any, error) {
 		p.Process(ctx, cmd)
 		return nil, cmd.Err()
 	})
-	return err
+	if err != nil {
+		return s.unreached(err)
+	}
+	return nil
 }
 
 // bounded runs f and returns its answer, or ctx's error as soon as ctx is

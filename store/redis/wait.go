@@ -14,8 +14,9 @@ import (
 )
 
 // wakeChannel is the pub/sub channel, behind the store's key prefix, on
-// which the complete, release and delete scripts publish the name of each
-// key they kept, released or deleted.
+// which the complete and release scripts publish the name of each key
+// they kept or released while a repeat waited on it (mark.lua), and the
+// delete script each key it deleted.
 const wakeChannel = "idem:v1:settled"
 
 // The subscription's timing: how long it may be quiet before it is asked
@@ -46,9 +47,10 @@ const wakeRecheck = time.Second
 // for c's request on key has been kept or released, on any instance, or
 // when its life has ended, or when ctx is done; the caller then claims
 // again. It is woken by a message the complete, release and delete
-// scripts publish, over one subscription the Store shares among all its
-// waiters, and costs one GET to see that the key is still in flight after
-// subscribing. It returns false at once (the caller then polls) when the
+// scripts publish when a waiter marked the claim, over one subscription
+// the Store shares among all its waiters, and costs one script (mark.lua)
+// after subscribing, which sees that the key is still in flight and marks
+// it. It returns false at once (the caller then polls) when the
 // subscription is down, or could not be made within the call budget, and
 // when the claim has outlived the expiry it carries.
 func (s *Store) Wait(ctx context.Context, key string, c store.Claim) (bool, error) {
@@ -87,23 +89,26 @@ func (s *Store) Wait(ctx context.Context, key string, c store.Claim) (bool, erro
 	return true, nil
 }
 
-// inFlightLife reads name and returns the remaining life of the claim in
-// flight there for c's request: 0 when the key holds no such claim (it
+// inFlightLife reads name, marking a claim in flight there as waited for
+// (mark.lua), so that its keep or release publishes on the wake channel,
+// and returns the remaining life of the claim in flight there for c's
+// request: 0 when the key holds no such claim (it
 // was kept or released, or is held for another request now), and a
 // negative duration when the claim has outlived the expiry it carries (an
 // Extend whose expiry write was refused, or a claim held for the
 // retention after its record was refused).
 func (s *Store) inFlightLife(ctx context.Context, name string, c store.Claim) (time.Duration, error) {
-	bctx := s.clock.budget(ctx, s.timeout)
-	get := goredis.NewStringCmd(bctx, "get", name)
-	err := s.exec(bctx, nil, get)
+	reply, err := s.run(ctx, markScript, name)
 	if err == goredis.Nil {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, unavailable("wait", err)
 	}
-	v := get.Val()
+	v, ok := reply.(string)
+	if !ok {
+		return 0, fmt.Errorf("idemkey: redis: wait: %w: reply %T", ErrUnreadable, reply)
+	}
 	if len(v) > 0 && v[0]%16 == kindRecord {
 		return 0, nil
 	}
@@ -116,6 +121,7 @@ func (s *Store) inFlightLife(ctx context.Context, name string, c store.Claim) (t
 	}
 	if f.expires.IsZero() {
 		// A version 1 claim does not carry its expiry: ask the server.
+		bctx := s.clock.budget(ctx, s.timeout)
 		pttl := goredis.NewIntCmd(bctx, "pttl", name)
 		if err := s.exec(bctx, nil, pttl); err != nil {
 			return 0, unavailable("wait", err)
@@ -383,9 +389,10 @@ func (h *hub) run() {
 		switch m := msg.(type) {
 		case *goredis.Message:
 			h.wake(m.Payload)
-			// Every keep and release of the fleet comes here: with
-			// messages flowing the receive never times out, so ask stop
-			// as often as a quiet hub would.
+			// Every waited-for keep and release of the fleet comes
+			// here (and every one of instances of an earlier release):
+			// with messages flowing the receive never times out, so ask
+			// stop as often as a quiet hub would.
 			if time.Since(checked) >= hubPing {
 				checked = time.Now()
 				if h.stop() {

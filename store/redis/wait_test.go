@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -462,4 +463,169 @@ func TestWaitRing(t *testing.T) {
 			t.Fatalf("Wait on a ring (closed %v) = %v, %v after %v; want false at once", closed, ok, err, d)
 		}
 	}
+}
+
+// TestPublishOnlyWhenWaited: a keep or a release publishes on the wake
+// channel only when a repeat waits for the claim (it marked the claim):
+// nobody subscribed or not, a claim nobody waits for costs no PUBLISH (in a
+// Cluster, a message to every node). On standalone and on a Cluster.
+func TestPublishOnlyWhenWaited(t *testing.T) {
+	for name, backend := range map[string]func(t *testing.T) (goredis.UniversalClient, *redis.Store){
+		"standalone": func(t *testing.T) (goredis.UniversalClient, *redis.Store) {
+			c := newClient(t, redistest.Start(t))
+			return c, newStore(t, c)
+		},
+		"cluster": func(t *testing.T) (goredis.UniversalClient, *redis.Store) {
+			c := clusterClient(t)
+			return c, newStore(t, c)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, st := backend(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			sub := c.Subscribe(ctx, "idem:v1:settled")
+			defer sub.Close()
+			if _, err := sub.Receive(ctx); err != nil {
+				t.Fatal(err)
+			}
+			heard := func() []string {
+				var keys []string
+				for {
+					msg, err := sub.ReceiveTimeout(ctx, 200*time.Millisecond)
+					if err != nil {
+						return keys
+					}
+					if m, ok := msg.(*goredis.Message); ok {
+						keys = append(keys, m.Payload)
+					}
+				}
+			}
+			for _, end := range []string{"complete", "release"} {
+				finish := func(key string, c store.Claim) {
+					t.Helper()
+					var err error
+					if end == "complete" {
+						err = st.Complete(ctx, key, c.Token, record("kept", 1), time.Minute)
+					} else {
+						err = st.Release(ctx, key, c.Token)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				alone, first := newKey(), newClaim(1)
+				mustClaim(t, st, alone, first, store.Claimed)
+				finish(alone, first)
+				if keys := heard(); len(keys) != 0 {
+					t.Errorf("%s with nobody waiting published %q", end, keys)
+				}
+
+				waited, first := newKey(), newClaim(1)
+				mustClaim(t, st, waited, first, store.Claimed)
+				waiting := startWait(t, ctx, st, waited, newClaim(1))
+				// The waiter marks the claim after registering: see it land.
+				waitUntil(t, func() bool {
+					e, _, err := st.Inspect(ctx, waited)
+					return err == nil && len(e.Fence) > 0 && e.Fence[len(e.Fence)-1] == 'w'
+				})
+				finish(waited, first)
+				if r := <-waiting; !r.ok || r.err != nil {
+					t.Fatalf("Wait = %v, %v", r.ok, r.err)
+				}
+				if keys := heard(); !slices.Equal(keys, []string{waited}) {
+					t.Errorf("%s with a repeat waiting published %q, want %q once", end, keys, waited)
+				}
+			}
+		})
+	}
+}
+
+// TestWaitReshard: a repeat waits on a claim whose slot then moves to
+// another master (the claim, with the waiter's mark, migrated with it);
+// the keep on the new master wakes it, through the Store's one
+// subscription, within wakeBound. The slot is moved back at the end.
+func TestWaitReshard(t *testing.T) {
+	cl := sharedCluster(t)
+	a, b := newStore(t, clusterClient(t)), newStore(t, clusterClient(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key, first := newKey(), newClaim(1)
+	slot := strconv.Itoa(redistest.Slot(key))
+	src := cl.NodeForSlot(redistest.Slot(key))
+	var dst *redistest.Server
+	for _, n := range cl.Nodes {
+		if n != src {
+			dst = n
+			break
+		}
+	}
+	do := func(addr string, args ...string) string {
+		t.Helper()
+		v, err := redistest.Do(addr, args...)
+		if err != nil {
+			t.Fatalf("%s %v: %v", addr, args, err)
+		}
+		return v
+	}
+	move := func(from, to *redistest.Server, keys ...string) {
+		fromID, toID := do(from.Addr, "CLUSTER", "MYID"), do(to.Addr, "CLUSTER", "MYID")
+		do(to.Addr, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID)
+		do(from.Addr, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
+		if len(keys) > 0 {
+			host, port, _ := strings.Cut(to.Addr, ":")
+			do(from.Addr, append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, keys...)...)
+		}
+		for _, n := range cl.Nodes {
+			do(n.Addr, "CLUSTER", "SETSLOT", slot, "NODE", toID)
+		}
+	}
+	// A Store whose client still maps the slot to its first master
+	// after the move: its claim (prefixed: another key in the same slot)
+	// is answered MOVED, which go-redis must follow.
+	stale := newStore(t, clusterClient(t), redis.WithKeyPrefix("moved:"))
+	mustClaim(t, stale, newKey(), newClaim(1), store.Claimed) // the slot map is read
+	mustClaim(t, a, key, first, store.Claimed)
+	waiting := startWait(t, ctx, b, key, newClaim(1))
+	waitUntil(t, func() bool {
+		v, _ := redistest.Do(src.Addr, "GET", key)
+		return strings.HasSuffix(v, "w")
+	})
+	move(src, dst, key)
+	defer func() { move(dst, src, keysInSlot(t, dst.Addr, slot)...) }()
+	if v, _ := redistest.Do(dst.Addr, "GET", key); !strings.HasSuffix(v, "w") {
+		t.Fatalf("the claim reached %s without its mark", dst.Addr)
+	}
+	moved := newClaim(2)
+	mustClaim(t, stale, key, moved, store.Claimed)
+	if v, _ := redistest.Do(dst.Addr, "GET", "moved:"+key); v == "" {
+		t.Errorf("the claim after the move did not reach the slot's new master %s", dst.Addr)
+	}
+	mustClaim(t, stale, key, newClaim(2), store.InFlight)
+	if err := a.Complete(ctx, key, first.Token, record("kept", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	done := time.Now()
+	r := <-waiting
+	if !r.ok || r.err != nil {
+		t.Fatalf("Wait = %v, %v", r.ok, r.err)
+	}
+	t.Logf("woken %v after the keep on the slot's new master", r.at.Sub(done))
+	if lat := r.at.Sub(done); lat > wakeBound {
+		t.Errorf("woken %v after the keep, want within %v", lat, wakeBound)
+	}
+	mustClaim(t, b, key, newClaim(1), store.Completed)
+}
+
+// keysInSlot returns the keys the node at addr holds in slot.
+func keysInSlot(t *testing.T, addr, slot string) []string {
+	t.Helper()
+	v, err := redistest.Do(addr, "CLUSTER", "GETKEYSINSLOT", slot, "1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, "\n")
 }
