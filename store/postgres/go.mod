@@ -3,7 +3,7 @@ module github.com/idemkey/idemkey/store/postgres
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-20261201224421-d4df73859682
+	github.com/idemkey/idemkey v0.0.0-20261201222029-e2a2a961fafe
 	github.com/jackc/pgx/v5 v5.12.0
 )
 
