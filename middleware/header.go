@@ -26,6 +26,7 @@ var neverKept = map[string]bool{
 	"Traceparent":             true,
 	"Tracestate":              true,
 	"Baggage":                 true,
+	"B3":                      true, // B3's single-header form, b3
 	"Uber-Trace-Id":           true,
 	"X-Amzn-Trace-Id":         true,
 	"X-Cloud-Trace-Context":   true,

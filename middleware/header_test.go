@@ -48,3 +48,18 @@ func TestHeaderValueNamesAreCanonical(t *testing.T) {
 		}
 	}
 }
+
+// Every trace header DefaultKeepHeader's doc names is refused, the
+// single-header B3 form ("b3") among them, and ordinary headers are kept.
+func TestDefaultKeepHeaderRefusesTraceHeaders(t *testing.T) {
+	for _, name := range []string{"traceparent", "tracestate", "baggage", "b3", "x-b3-traceid", "x-b3-sampled", "uber-trace-id", "x-amzn-trace-id", "x-cloud-trace-context"} {
+		if DefaultKeepHeader(http.CanonicalHeaderKey(name)) {
+			t.Errorf("%s is kept", name)
+		}
+	}
+	for _, name := range []string{"Content-Type", "Location", "Etag", "B3-Custom"} {
+		if !DefaultKeepHeader(name) {
+			t.Errorf("%s is refused", name)
+		}
+	}
+}

@@ -275,8 +275,11 @@ func WithKeepHeader(keep func(name string) bool) Option {
 // errors, lost ownership, a full store, an invalid route, a missing scope)
 // are logged to slog.Default() at Warn with the key's digest, never the
 // key; any observer replaces that log (SlogObserver logs them as it did).
-// Observers run on the request goroutine, except
-// for the events of a claim's heartbeat: keep them fast.
+// Observers run on the request goroutine, except for the events of a
+// claim's heartbeat (a timer's goroutine) and the store error of a
+// background release of a claim whose reply was lost (that release's
+// goroutine, possibly after the request has ended): keep them fast and
+// safe for concurrent use.
 func WithObserver(o Observer) Option {
 	return func(c *config) error {
 		if o == nil {
