@@ -120,7 +120,7 @@ func (c *call) decide() (any, error) {
 		}
 		c.emit(Event{Kind: EventInFlight, StoreLatency: lat})
 		return nil, refusal(codes.Aborted, "a call with this idempotency key is in flight: retry after the delay in RetryInfo",
-			ReasonInFlight, time.Duration(c.s.runTimes(c.method).retryAfter(res, c.deadline, time.Now()))*time.Second)
+			ReasonInFlight, time.Duration(c.s.runTimes(c.method).RetryAfter(res, c.deadline, time.Now()))*time.Second)
 	}
 	c.emit(Event{Kind: EventStoreError, StoreLatency: lat, Err: errors.New("idemkey: idemgrpc: store answered an unknown claim state")})
 	return nil, unavailable
@@ -217,7 +217,7 @@ func (c *call) run(own owner) (any, error) {
 	}()
 	resp, herr := c.handler(ctx, c.req)
 	returned = true
-	s.runTimes(c.method).add(time.Since(c.start))
+	s.runTimes(c.method).Add(time.Since(c.start))
 
 	st, ok := status.FromError(herr)
 	if !ok {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/idemkey/idemkey/internal/keylife"
 	"github.com/idemkey/idemkey/internal/option"
 	"github.com/idemkey/idemkey/scope"
 )
@@ -18,13 +19,13 @@ import (
 // those of package middleware, so that a service with an HTTP and a gRPC
 // front door gives its keys the same lives on both.
 const (
-	DefaultDeadline  = 30 * time.Second
-	DefaultRetention = 24 * time.Hour
+	DefaultDeadline  = keylife.DefaultDeadline  // 30 seconds
+	DefaultRetention = keylife.DefaultRetention // 24 hours
 
 	// ClaimMargin is added to a call's deadline to give a claim's life: a
 	// call that never finishes lets go of its key this long after its
-	// deadline.
-	ClaimMargin = 5 * time.Second
+	// deadline. 5 seconds.
+	ClaimMargin = keylife.ClaimMargin
 
 	// MetadataKey is the metadata entry that carries the key, lower-case
 	// as gRPC metadata names are.

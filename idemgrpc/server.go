@@ -48,7 +48,7 @@ type Server struct {
 	ext       store.Extender // store, when it can extend a live claim (and is not tx)
 	cfg       *config
 	fields    *keyFields
-	runs      sync.Map      // full method -> *runTimes
+	runs      sync.Map      // full method -> *retryhint.RunTimes
 	abandoned chan struct{} // bounds background releases of claims whose reply was lost
 }
 

@@ -245,7 +245,7 @@ func (a *attempt) run() {
 	a.h.next.ServeHTTP(w, r)
 	returned = true
 	if a.own.claimed() {
-		a.h.runs.add(time.Since(a.start))
+		a.h.runs.Add(time.Since(a.start))
 	}
 	if cw.status == 0 && !cw.hijacked {
 		cw.WriteHeader(http.StatusOK)

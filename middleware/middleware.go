@@ -119,6 +119,7 @@ import (
 
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/internal/describe"
+	"github.com/idemkey/idemkey/internal/retryhint"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -288,5 +289,5 @@ type handler struct {
 	route   routeConfig
 	invalid error // of the route's invalid options: every covered request gets 500
 	next    http.Handler
-	runs    runTimes
+	runs    retryhint.RunTimes
 }

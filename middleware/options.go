@@ -12,22 +12,23 @@ import (
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/fingerprint"
 	"github.com/idemkey/idemkey/internal/headername"
+	"github.com/idemkey/idemkey/internal/keylife"
 	"github.com/idemkey/idemkey/internal/option"
 	"github.com/idemkey/idemkey/scope"
 )
 
 // Defaults, each given in the doc comment of the option that replaces it.
 const (
-	defaultDeadline        = 30 * time.Second
-	defaultRetention       = 24 * time.Hour
+	defaultDeadline        = keylife.DefaultDeadline
+	defaultRetention       = keylife.DefaultRetention
 	defaultMaxRequestBody  = 1 << 20
 	defaultMaxResponseBody = 1 << 20
 	defaultBodyTimeout     = 30 * time.Second
 
 	// ClaimMargin is added to a route's deadline to give a claim's life: a
 	// request that never finishes lets go of its key this long after its
-	// deadline.
-	ClaimMargin = 5 * time.Second
+	// deadline. 5 seconds, as idemgrpc's.
+	ClaimMargin = keylife.ClaimMargin
 )
 
 // An Option configures a Middleware. New applies options in order (a later
