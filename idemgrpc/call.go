@@ -197,7 +197,7 @@ func (c *call) run(own owner) (any, error) {
 	s := c.s
 	ctx, cancel := c.handlerContext()
 	defer cancel()
-	ctx = own.NewContext(&keyContext{Context: ctx, key: c.key})
+	ctx = own.NewContext(&keyctx.Carrier[idemkey.Key]{Context: ctx, Key: c.key})
 	cap := capture(ctx)
 	if cap != nil {
 		ctx = grpc.NewContextWithServerTransportStream(ctx, cap)
@@ -257,21 +257,6 @@ func (c *call) handlerContext() (context.Context, context.CancelFunc) {
 		return c.ctx, func() {}
 	}
 	return context.WithDeadline(c.ctx, deadline)
-}
-
-// keyContext carries the call's key to the handler (idemkey.FromContext),
-// as idemkey.NewContext does, in one allocation instead of two: the key is
-// handed out by pointer, where context.WithValue would box a copy.
-type keyContext struct {
-	context.Context
-	key idemkey.Key
-}
-
-func (k *keyContext) Value(key any) any {
-	if key == (keyctx.Key{}) {
-		return &k.key
-	}
-	return k.Context.Value(key)
 }
 
 // keep keeps rec as the key's record, and reports whether it was kept.
