@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/internal/keyctx"
+	"github.com/idemkey/idemkey/internal/storecall"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -49,17 +50,14 @@ func (c *call) emit(e Event) {
 
 // budget adds WithStoreTimeout's bound to ctx, when one was set.
 func (s *Server) budget(ctx context.Context) (context.Context, context.CancelFunc) {
-	if s.cfg.storeTimeout > 0 {
-		return context.WithTimeout(ctx, s.cfg.storeTimeout)
-	}
-	return ctx, func() {}
+	return storecall.Budget(ctx, s.cfg.storeTimeout)
 }
 
 // detached returns a context for keeping or releasing: the call's values
 // without its cancellation, so that a client that hangs up or a deadline
 // that passes does not stop the record from being kept.
 func (c *call) detached() (context.Context, context.CancelFunc) {
-	return c.s.budget(context.WithoutCancel(c.ctx))
+	return storecall.Detached(c.ctx, c.s.cfg.storeTimeout)
 }
 
 var unavailable = refusal(codes.Unavailable, "idempotency store unavailable", ReasonStoreUnavailable, time.Second)
@@ -84,7 +82,7 @@ func (c *call) decide() (any, error) {
 		if !errors.Is(err, store.ErrFull) {
 			// The claim may have landed before the failure: free it if
 			// so. The handler never ran, so freeing it is always safe.
-			s.releaseAbandoned(c.ctx, c.skey, c.claim.Token)
+			c.releaseAbandoned()
 		}
 		return nil, unavailable
 	}
@@ -94,7 +92,7 @@ func (c *call) decide() (any, error) {
 		if s.tx != nil {
 			if tx == nil {
 				c.emit(Event{Kind: EventStoreError, StoreLatency: lat, Err: errors.New("idemkey: idemgrpc: transactional store claimed without a transaction")})
-				s.releaseAbandoned(c.ctx, c.skey, c.claim.Token)
+				c.releaseAbandoned()
 				return nil, unavailable
 			}
 			own = txOwner{tx}
@@ -346,20 +344,13 @@ func (c *call) runKeyless() (any, error) {
 
 // releaseAbandoned frees, in the background, a claim whose reply was lost
 // to a store failure, in case it landed. At most maxAbandoned run at once:
-// during an outage the rest are left to lapse at the end of their life.
-func (s *Server) releaseAbandoned(ctx context.Context, skey, token string) {
-	select {
-	case s.abandoned <- struct{}{}:
-	default:
-		return
-	}
-	ctx = context.WithoutCancel(ctx)
-	go func() {
-		defer func() { <-s.abandoned }()
-		ctx, cancel := s.budget(ctx)
-		defer cancel()
-		_ = s.store.Release(ctx, skey, token)
-	}()
+// during an outage the rest are left to lapse at the end of their life. A
+// failure other than the store still being down is reported, from the
+// releasing goroutine.
+func (c *call) releaseAbandoned() {
+	c.s.abandoned.Release(c.ctx, c.s.store, c.s.cfg.storeTimeout, c.skey, c.claim.Token, func(err error, lat time.Duration) {
+		c.emit(Event{Kind: EventStoreError, StoreLatency: lat, Err: err})
+	})
 }
 
 // captureStream is the handler's grpc.ServerTransportStream: it passes

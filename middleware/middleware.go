@@ -120,6 +120,7 @@ import (
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/internal/describe"
 	"github.com/idemkey/idemkey/internal/retryhint"
+	"github.com/idemkey/idemkey/internal/storecall"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -136,7 +137,7 @@ type Middleware struct {
 	cache  *replayCache // nil unless WithLocalCache
 	// abandoned bounds the background releases of claims whose reply was
 	// lost to a store failure.
-	abandoned chan struct{}
+	abandoned *storecall.Abandoned
 	beats     beats // plain claims held while their handlers run
 }
 
@@ -155,7 +156,7 @@ func New(st store.Store, opts ...Option) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{store: st, cfg: cfg, abandoned: make(chan struct{}, maxAbandoned)}
+	m := &Middleware{store: st, cfg: cfg, abandoned: storecall.NewAbandoned(maxAbandoned)}
 	m.ext, _ = st.(store.Extender)
 	m.tx, _ = st.(store.TxStore)
 	m.waiter, _ = st.(store.Waiter)
