@@ -201,8 +201,8 @@ func (c *call) run(own owner) (any, error) {
 		ctx = grpc.NewContextWithServerTransportStream(ctx, cap)
 	}
 	if s.ext != nil {
-		hb := s.heartbeat(c)
-		defer hb.stop()
+		s.beats.Hold(c, c.start)
+		defer s.beats.Drop(c)
 	}
 
 	returned, ended := false, false

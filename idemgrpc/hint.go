@@ -1,8 +1,8 @@
 package idemgrpc
 
 import (
+	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/idemkey/idemkey/internal/retryhint"
@@ -20,48 +20,23 @@ func (s *Server) runTimes(method string) *retryhint.RunTimes {
 	return t.(*retryhint.RunTimes)
 }
 
-// heartbeat extends a call's claim every third of its life while its
-// handler runs, on a store.Extender, so that a handler that runs past its
-// claim's life (it ignores its context) does not lose its key to a retry.
-type heartbeat struct {
-	mu      sync.Mutex
-	t       *time.Timer
-	stopped bool
+// A call's claim on a store.Extender is kept alive while its handler runs
+// by the Server's heartbeat.Beats (internal/heartbeat), extended every
+// third of its life: these are what the beats ask of it.
+
+// Extension names the claim for its extensions.
+func (c *call) Extension() (skey, token string, ttl time.Duration) {
+	return c.skey, c.claim.Token, c.claim.TTL
 }
 
-func (s *Server) heartbeat(c *call) *heartbeat {
-	hb := &heartbeat{}
-	every := c.claim.TTL / 3
-	var beat func()
-	beat = func() {
-		ctx, cancel := c.detached()
-		err := s.ext.Extend(ctx, c.skey, c.claim.Token, c.claim.TTL)
-		cancel()
-		hb.mu.Lock()
-		defer hb.mu.Unlock()
-		if hb.stopped {
-			// The handler returned while the extension was under way: the
-			// claim is settled, and what the extension met says nothing.
-			return
-		}
-		switch {
-		case errors.Is(err, store.ErrNotOwner):
-			c.emit(Event{Kind: EventOwnershipLost, Err: err})
-			return
-		case err != nil:
-			c.emit(Event{Kind: EventStoreError, Err: err})
-		}
-		hb.t = time.AfterFunc(every, beat)
+// Detached is the context an extension runs under.
+func (c *call) Detached() (context.Context, context.CancelFunc) { return c.detached() }
+
+// Failed reports a failed extension, from the beats' goroutine.
+func (c *call) Failed(err error, lat time.Duration) {
+	ev := Event{Kind: EventStoreError, StoreLatency: lat, Err: err}
+	if errors.Is(err, store.ErrNotOwner) {
+		ev.Kind = EventOwnershipLost
 	}
-	hb.mu.Lock()
-	hb.t = time.AfterFunc(every, beat)
-	hb.mu.Unlock()
-	return hb
-}
-
-func (hb *heartbeat) stop() {
-	hb.mu.Lock()
-	hb.stopped = true
-	hb.t.Stop()
-	hb.mu.Unlock()
+	c.emit(ev)
 }

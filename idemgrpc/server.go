@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/heartbeat"
 	"github.com/idemkey/idemkey/internal/storecall"
 	"github.com/idemkey/idemkey/store"
 )
@@ -50,6 +51,7 @@ type Server struct {
 	cfg       *config
 	fields    *keyFields
 	runs      sync.Map             // full method -> *retryhint.RunTimes
+	beats     heartbeat.Beats      // claims on ext held while their handlers run
 	abandoned *storecall.Abandoned // bounds background releases of claims whose reply was lost
 }
 
@@ -73,6 +75,7 @@ func NewServer(s store.Store, opts ...Option) (*Server, error) {
 		srv.tx = tx
 	} else if ext, ok := s.(store.Extender); ok {
 		srv.ext = ext
+		srv.beats.Ext = ext
 	}
 	return srv, nil
 }

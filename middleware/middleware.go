@@ -119,6 +119,7 @@ import (
 
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/internal/describe"
+	"github.com/idemkey/idemkey/internal/heartbeat"
 	"github.com/idemkey/idemkey/internal/retryhint"
 	"github.com/idemkey/idemkey/internal/storecall"
 	"github.com/idemkey/idemkey/store"
@@ -138,7 +139,7 @@ type Middleware struct {
 	// abandoned bounds the background releases of claims whose reply was
 	// lost to a store failure.
 	abandoned *storecall.Abandoned
-	beats     beats // plain claims held while their handlers run
+	beats     heartbeat.Beats // plain claims held while their handlers run
 }
 
 // maxAbandoned is how many releases of failed claims may run in the
@@ -158,6 +159,7 @@ func New(st store.Store, opts ...Option) (*Middleware, error) {
 	}
 	m := &Middleware{store: st, cfg: cfg, abandoned: storecall.NewAbandoned(maxAbandoned)}
 	m.ext, _ = st.(store.Extender)
+	m.beats.Ext = m.ext
 	m.tx, _ = st.(store.TxStore)
 	m.waiter, _ = st.(store.Waiter)
 	m.lazy, _ = st.(store.LazyClaimer)
