@@ -4,33 +4,31 @@ import (
 	"testing"
 
 	"github.com/idemkey/idemkey/idemgrpc"
-	"github.com/idemkey/idemkey/middleware"
+	"github.com/idemkey/idemkey/internal/eventname"
 )
 
 // TestEventNamesMatchHTTP: every decision the interceptor reports has the
-// name package middleware gives the same decision on HTTP, so that one
-// dashboard reads both front doors.
+// name internal/eventname gives it, the one package middleware gives the
+// same decision on HTTP (its TestEventNames), so that one dashboard reads
+// both front doors.
 func TestEventNamesMatchHTTP(t *testing.T) {
-	for _, k := range []struct {
-		grpc idemgrpc.EventKind
-		http middleware.EventKind
-	}{
-		{idemgrpc.EventFirstAttempt, middleware.EventFirstAttempt},
-		{idemgrpc.EventReplay, middleware.EventReplay},
-		{idemgrpc.EventInFlight, middleware.EventInFlight},
-		{idemgrpc.EventKeyReused, middleware.EventKeyReused},
-		{idemgrpc.EventKeyMissing, middleware.EventKeyMissing},
-		{idemgrpc.EventKeyInvalid, middleware.EventKeyInvalid},
-		{idemgrpc.EventKept, middleware.EventKept},
-		{idemgrpc.EventReleased, middleware.EventReleased},
-		{idemgrpc.EventOwnershipLost, middleware.EventOwnershipLost},
-		{idemgrpc.EventStoreError, middleware.EventStoreError},
-		{idemgrpc.EventScopeMissing, middleware.EventScopeMissing},
-		{idemgrpc.EventKind(0), middleware.EventKind(0)},
-		{idemgrpc.EventKind(200), middleware.EventKind(200)},
+	for k, want := range map[idemgrpc.EventKind]string{
+		idemgrpc.EventFirstAttempt:  eventname.FirstAttempt,
+		idemgrpc.EventReplay:        eventname.Replay,
+		idemgrpc.EventInFlight:      eventname.InFlight,
+		idemgrpc.EventKeyReused:     eventname.KeyReused,
+		idemgrpc.EventKeyMissing:    eventname.KeyMissing,
+		idemgrpc.EventKeyInvalid:    eventname.KeyInvalid,
+		idemgrpc.EventKept:          eventname.Kept,
+		idemgrpc.EventReleased:      eventname.Released,
+		idemgrpc.EventOwnershipLost: eventname.OwnershipLost,
+		idemgrpc.EventStoreError:    eventname.StoreError,
+		idemgrpc.EventScopeMissing:  eventname.ScopeMissing,
+		idemgrpc.EventKind(0):       eventname.Invalid,
+		idemgrpc.EventKind(200):     eventname.Invalid,
 	} {
-		if k.grpc.String() != k.http.String() {
-			t.Errorf("gRPC %q, HTTP %q", k.grpc, k.http)
+		if k.String() != want {
+			t.Errorf("kind %d: %q, want %q", k, k.String(), want)
 		}
 	}
 }
