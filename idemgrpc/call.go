@@ -50,14 +50,14 @@ func (c *call) emit(e Event) {
 
 // budget adds WithStoreTimeout's bound to ctx, when one was set.
 func (s *Server) budget(ctx context.Context) (context.Context, context.CancelFunc) {
-	return storecall.Budget(ctx, s.cfg.storeTimeout)
+	return storecall.Budget(ctx, s.cfg.StoreTimeout)
 }
 
 // detached returns a context for keeping or releasing: the call's values
 // without its cancellation, so that a client that hangs up or a deadline
 // that passes does not stop the record from being kept.
 func (c *call) detached() (context.Context, context.CancelFunc) {
-	return storecall.Detached(c.ctx, c.s.cfg.storeTimeout)
+	return storecall.Detached(c.ctx, c.s.cfg.StoreTimeout)
 }
 
 var unavailable = refusal(codes.Unavailable, "idempotency store unavailable", ReasonStoreUnavailable, time.Second)
@@ -264,7 +264,7 @@ func (c *call) keep(own owner, rec *store.Record, code codes.Code) bool {
 	t := time.Now()
 	rec.Fingerprint = c.claim.Fingerprint
 	rec.CreatedAt, rec.CompletedAt = c.start, t
-	err := own.Commit(ctx, rec, c.s.cfg.retention)
+	err := own.Commit(ctx, rec, c.s.cfg.Retention)
 	ev := Event{Kind: EventKept, Code: code, StoreLatency: time.Since(t)}
 	switch {
 	case err == nil:
@@ -335,7 +335,7 @@ func (c *call) runKeyless() (any, error) {
 		}
 		return resp, herr
 	}
-	if err := tx.Commit(dctx, &store.Record{Status: httpStatus(st.Code())}, s.cfg.retention); err != nil {
+	if err := tx.Commit(dctx, &store.Record{Status: httpStatus(st.Code())}, s.cfg.Retention); err != nil {
 		c.emit(Event{Kind: EventStoreError, Err: err})
 		return nil, unavailable
 	}
@@ -348,7 +348,7 @@ func (c *call) runKeyless() (any, error) {
 // failure other than the store still being down is reported, from the
 // releasing goroutine.
 func (c *call) releaseAbandoned() {
-	c.s.abandoned.Release(c.ctx, c.s.store, c.s.cfg.storeTimeout, c.skey, c.claim.Token, func(err error, lat time.Duration) {
+	c.s.abandoned.Release(c.ctx, c.s.store, c.s.cfg.StoreTimeout, c.skey, c.claim.Token, func(err error, lat time.Duration) {
 		c.emit(Event{Kind: EventStoreError, StoreLatency: lat, Err: err})
 	})
 }

@@ -17,12 +17,12 @@ import (
 // but not its cancellation, so a client that hangs up does not stop the
 // record from being kept. The store's own budget bounds the call.
 func (m *Middleware) detached(r *http.Request) (context.Context, context.CancelFunc) {
-	return storecall.Detached(r.Context(), m.cfg.storeTimeout)
+	return storecall.Detached(r.Context(), m.cfg.StoreTimeout)
 }
 
 // budget adds WithStoreTimeout's bound to ctx, when one was set.
 func (m *Middleware) budget(ctx context.Context) (context.Context, context.CancelFunc) {
-	return storecall.Budget(ctx, m.cfg.storeTimeout)
+	return storecall.Budget(ctx, m.cfg.StoreTimeout)
 }
 
 // releaseAbandoned frees, in the background, a claim whose reply was lost
@@ -32,7 +32,7 @@ func (m *Middleware) budget(ctx context.Context) (context.Context, context.Cance
 // than the store still being down is reported, from the releasing
 // goroutine.
 func (m *Middleware) releaseAbandoned(r *http.Request, skey, token, digest string) {
-	m.abandoned.Release(r.Context(), m.store, m.cfg.storeTimeout, skey, token, func(err error, lat time.Duration) {
+	m.abandoned.Release(r.Context(), m.store, m.cfg.StoreTimeout, skey, token, func(err error, lat time.Duration) {
 		m.emit(r, Event{Kind: EventStoreError, KeyDigest: digest, StoreLatency: lat, Err: err})
 	})
 }

@@ -228,7 +228,7 @@ func (m *Middleware) Optional(opts ...RouteOption) func(http.Handler) http.Handl
 }
 
 func (m *Middleware) route(required bool, opts []RouteOption) func(http.Handler) http.Handler {
-	rt := routeConfig{Required: required, Deadline: m.cfg.deadline}
+	rt := routeConfig{Required: required, Deadline: m.cfg.Deadline}
 	var errs []error
 	for i, o := range opts {
 		if o.apply == nil {

@@ -19,8 +19,6 @@ import (
 
 // Defaults, each given in the doc comment of the option that replaces it.
 const (
-	defaultDeadline        = keylife.DefaultDeadline
-	defaultRetention       = keylife.DefaultRetention
 	defaultMaxRequestBody  = 1 << 20
 	defaultMaxResponseBody = 1 << 20
 	defaultBodyTimeout     = 30 * time.Second
@@ -38,16 +36,14 @@ const (
 type Option func(*config) error
 
 type config struct {
+	keylife.Lives   // the deadline, retention and store timeout
 	header          string
 	covers          func(method string) bool
 	scope           scope.Func
 	fingerprint     fingerprint.Func
-	deadline        time.Duration
-	retention       time.Duration
 	maxRequestBody  int64
 	maxResponseBody int
 	bodyTimeout     time.Duration
-	storeTimeout    time.Duration
 	wait            time.Duration
 	keep            func(status int) bool
 	keepHeader      func(name string) bool
@@ -134,11 +130,7 @@ func WithFingerprint(f fingerprint.Func) Option {
 // package documentation). Default: 30 seconds.
 func WithDeadline(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("WithDeadline(%v): the deadline must be positive", d)
-		}
-		c.deadline = d
-		return nil
+		return c.SetDeadline(d)
 	}
 }
 
@@ -146,11 +138,7 @@ func WithDeadline(d time.Duration) Option {
 // hours.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("WithRetention(%v): the retention must be positive", d)
-		}
-		c.retention = d
-		return nil
+		return c.SetRetention(d)
 	}
 }
 
@@ -207,11 +195,7 @@ func WithMaxResponseBody(n int) Option {
 // Default: 0, the store's own budget alone.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("WithStoreTimeout(%v): the timeout must not be negative", d)
-		}
-		c.storeTimeout = d
-		return nil
+		return c.SetStoreTimeout(d)
 	}
 }
 
@@ -383,12 +367,7 @@ func newConfig(opts []Option) (*config, error) {
 		c.fingerprint = fingerprint.Default
 		c.defaultFingerprint = true
 	}
-	if c.deadline == 0 {
-		c.deadline = defaultDeadline
-	}
-	if c.retention == 0 {
-		c.retention = defaultRetention
-	}
+	c.Fill()
 	if c.maxRequestBody == 0 {
 		c.maxRequestBody = defaultMaxRequestBody
 	}
