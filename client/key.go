@@ -6,14 +6,13 @@ import (
 	"strings"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/outkey"
 )
 
-type keyContextKey struct{}
-
-type callNameContextKey struct{}
-
 // WithKey returns a copy of ctx that makes the Transport send key on the
-// requests made with it, on every attempt and on any method. A header
+// requests made with it, on every attempt and on any method (and
+// idemgrpc's client interceptor on the calls made with it, the same as its
+// own WithKey). A header
 // already on the request wins over it. Use it when the key comes from
 // elsewhere, for example from the caller's own caller or from a stored
 // operation id. An empty key is the same as none.
@@ -26,7 +25,7 @@ type callNameContextKey struct{}
 // structured-field string (a key with a comma, a double quote, or a space
 // at either end), which an idemkey server reads back as the same key.
 func WithKey(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, keyContextKey{}, key)
+	return outkey.WithKey(ctx, key)
 }
 
 // WithCallName returns a copy of ctx that names the outbound calls made with
@@ -35,8 +34,10 @@ func WithKey(ctx context.Context, key string) context.Context {
 // this name, idemkey.Key.Derive(name), on any method: the same on every
 // retry of the incoming request, different for different names. Without an
 // incoming key the name has no effect. An empty name is the same as none.
+// The name is idemgrpc.WithCallName's too: it names a gRPC call made with
+// ctx alike.
 func WithCallName(ctx context.Context, name string) context.Context {
-	return context.WithValue(ctx, callNameContextKey{}, name)
+	return outkey.WithCallName(ctx, name)
 }
 
 // chooseKey picks the key of the logical request req. It returns the key
@@ -55,22 +56,16 @@ func (t *Transport) chooseKey(req *http.Request, method string) (key string, set
 		return k, true, nil
 	}
 	ctx := req.Context()
-	if k, _ := ctx.Value(keyContextKey{}).(string); k != "" {
-		if !idemkey.ValidKey(k) {
-			return "", false, errorf("key from WithKey: %w", idemkey.ErrKeyInvalid)
+	if k, err := outkey.Asked(ctx); err != nil || k != "" {
+		if err != nil {
+			return "", false, errorf("%w", err)
 		}
 		return k, true, nil
-	}
-	in, hasIn := idemkey.FromContext(ctx)
-	if hasIn {
-		if name, _ := ctx.Value(callNameContextKey{}).(string); name != "" {
-			return in.Derive(name), true, nil
-		}
 	}
 	if !t.autoKey || !idemkey.Mutation(method) {
 		return "", false, nil
 	}
-	if hasIn {
+	if in, hasIn := idemkey.FromContext(ctx); hasIn {
 		return in.Derive(endpointName(method, req)), true, nil
 	}
 	k := t.newKey()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/outkey"
 )
 
 // keySent sends one request through a Transport built with opts and returns
@@ -276,5 +277,24 @@ func TestRedirectKeepsTheKey(t *testing.T) {
 				t.Errorf("%d, %s: keys %q then %q (%s %q), want one key for the redirected POST", code, name, got[0].Key, got[1].Key, got[1].Method, got[1].Body)
 			}
 		}
+	}
+}
+
+// TestKeyContextShared: WithKey and WithCallName put what idemgrpc's
+// client interceptor reads (internal/outkey), so that one call site names
+// a downstream call for HTTP and gRPC alike.
+func TestKeyContextShared(t *testing.T) {
+	in := idemkey.Key{Scope: "alice", Value: "incoming-1"}
+	served := idemkey.NewContext(context.Background(), in)
+	if k, err := outkey.Asked(WithCallName(served, "bank.charge")); err != nil || k != in.Derive("bank.charge") {
+		t.Errorf("WithCallName: %q, %v; want the derived key", k, err)
+	}
+	if k, err := outkey.Asked(WithKey(served, "given-1")); err != nil || k != "given-1" {
+		t.Errorf("WithKey: %q, %v; want given-1", k, err)
+	}
+	// And the Transport sends what idemgrpc.WithKey (outkey.WithKey) set.
+	req, _ := http.NewRequestWithContext(outkey.WithKey(served, "given-2"), http.MethodPost, "http://example.test/pay", strings.NewReader("{}"))
+	if k, n := keySent(t, req); k != "given-2" || n != 1 {
+		t.Errorf("a key from outkey.WithKey: sent %q (%d values), want given-2", k, n)
 	}
 }

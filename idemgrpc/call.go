@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/internal/keyctx"
+	"github.com/idemkey/idemkey/internal/storecall"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -49,17 +50,14 @@ func (c *call) emit(e Event) {
 
 // budget adds WithStoreTimeout's bound to ctx, when one was set.
 func (s *Server) budget(ctx context.Context) (context.Context, context.CancelFunc) {
-	if s.cfg.storeTimeout > 0 {
-		return context.WithTimeout(ctx, s.cfg.storeTimeout)
-	}
-	return ctx, func() {}
+	return storecall.Budget(ctx, s.cfg.StoreTimeout)
 }
 
 // detached returns a context for keeping or releasing: the call's values
 // without its cancellation, so that a client that hangs up or a deadline
 // that passes does not stop the record from being kept.
 func (c *call) detached() (context.Context, context.CancelFunc) {
-	return c.s.budget(context.WithoutCancel(c.ctx))
+	return storecall.Detached(c.ctx, c.s.cfg.StoreTimeout)
 }
 
 var unavailable = refusal(codes.Unavailable, "idempotency store unavailable", ReasonStoreUnavailable, time.Second)
@@ -84,7 +82,7 @@ func (c *call) decide() (any, error) {
 		if !errors.Is(err, store.ErrFull) {
 			// The claim may have landed before the failure: free it if
 			// so. The handler never ran, so freeing it is always safe.
-			s.releaseAbandoned(c.ctx, c.skey, c.claim.Token)
+			c.releaseAbandoned()
 		}
 		return nil, unavailable
 	}
@@ -94,7 +92,7 @@ func (c *call) decide() (any, error) {
 		if s.tx != nil {
 			if tx == nil {
 				c.emit(Event{Kind: EventStoreError, StoreLatency: lat, Err: errors.New("idemkey: idemgrpc: transactional store claimed without a transaction")})
-				s.releaseAbandoned(c.ctx, c.skey, c.claim.Token)
+				c.releaseAbandoned()
 				return nil, unavailable
 			}
 			own = txOwner{tx}
@@ -120,7 +118,7 @@ func (c *call) decide() (any, error) {
 		}
 		c.emit(Event{Kind: EventInFlight, StoreLatency: lat})
 		return nil, refusal(codes.Aborted, "a call with this idempotency key is in flight: retry after the delay in RetryInfo",
-			ReasonInFlight, time.Duration(c.s.runTimes(c.method).retryAfter(res, c.deadline, time.Now()))*time.Second)
+			ReasonInFlight, time.Duration(c.s.runTimes(c.method).RetryAfter(res, c.deadline, time.Now()))*time.Second)
 	}
 	c.emit(Event{Kind: EventStoreError, StoreLatency: lat, Err: errors.New("idemkey: idemgrpc: store answered an unknown claim state")})
 	return nil, unavailable
@@ -197,14 +195,14 @@ func (c *call) run(own owner) (any, error) {
 	s := c.s
 	ctx, cancel := c.handlerContext()
 	defer cancel()
-	ctx = own.NewContext(&keyContext{Context: ctx, key: c.key})
+	ctx = own.NewContext(&keyctx.Carrier[idemkey.Key]{Context: ctx, Key: c.key})
 	cap := capture(ctx)
 	if cap != nil {
 		ctx = grpc.NewContextWithServerTransportStream(ctx, cap)
 	}
 	if s.ext != nil {
-		hb := s.heartbeat(c)
-		defer hb.stop()
+		s.beats.Hold(c, c.start)
+		defer s.beats.Drop(c)
 	}
 
 	returned, ended := false, false
@@ -217,7 +215,7 @@ func (c *call) run(own owner) (any, error) {
 	}()
 	resp, herr := c.handler(ctx, c.req)
 	returned = true
-	s.runTimes(c.method).add(time.Since(c.start))
+	s.runTimes(c.method).Add(time.Since(c.start))
 
 	st, ok := status.FromError(herr)
 	if !ok {
@@ -259,21 +257,6 @@ func (c *call) handlerContext() (context.Context, context.CancelFunc) {
 	return context.WithDeadline(c.ctx, deadline)
 }
 
-// keyContext carries the call's key to the handler (idemkey.FromContext),
-// as idemkey.NewContext does, in one allocation instead of two: the key is
-// handed out by pointer, where context.WithValue would box a copy.
-type keyContext struct {
-	context.Context
-	key idemkey.Key
-}
-
-func (k *keyContext) Value(key any) any {
-	if key == (keyctx.Key{}) {
-		return &k.key
-	}
-	return k.Context.Value(key)
-}
-
 // keep keeps rec as the key's record, and reports whether it was kept.
 func (c *call) keep(own owner, rec *store.Record, code codes.Code) bool {
 	ctx, cancel := c.detached()
@@ -281,7 +264,7 @@ func (c *call) keep(own owner, rec *store.Record, code codes.Code) bool {
 	t := time.Now()
 	rec.Fingerprint = c.claim.Fingerprint
 	rec.CreatedAt, rec.CompletedAt = c.start, t
-	err := own.Commit(ctx, rec, c.s.cfg.retention)
+	err := own.Commit(ctx, rec, c.s.cfg.Retention)
 	ev := Event{Kind: EventKept, Code: code, StoreLatency: time.Since(t)}
 	switch {
 	case err == nil:
@@ -352,7 +335,7 @@ func (c *call) runKeyless() (any, error) {
 		}
 		return resp, herr
 	}
-	if err := tx.Commit(dctx, &store.Record{Status: httpStatus(st.Code())}, s.cfg.retention); err != nil {
+	if err := tx.Commit(dctx, &store.Record{Status: httpStatus(st.Code())}, s.cfg.Retention); err != nil {
 		c.emit(Event{Kind: EventStoreError, Err: err})
 		return nil, unavailable
 	}
@@ -361,20 +344,13 @@ func (c *call) runKeyless() (any, error) {
 
 // releaseAbandoned frees, in the background, a claim whose reply was lost
 // to a store failure, in case it landed. At most maxAbandoned run at once:
-// during an outage the rest are left to lapse at the end of their life.
-func (s *Server) releaseAbandoned(ctx context.Context, skey, token string) {
-	select {
-	case s.abandoned <- struct{}{}:
-	default:
-		return
-	}
-	ctx = context.WithoutCancel(ctx)
-	go func() {
-		defer func() { <-s.abandoned }()
-		ctx, cancel := s.budget(ctx)
-		defer cancel()
-		_ = s.store.Release(ctx, skey, token)
-	}()
+// during an outage the rest are left to lapse at the end of their life. A
+// failure other than the store still being down is reported, from the
+// releasing goroutine.
+func (c *call) releaseAbandoned() {
+	c.s.abandoned.Release(c.ctx, c.s.store, c.s.cfg.StoreTimeout, c.skey, c.claim.Token, func(err error, lat time.Duration) {
+		c.emit(Event{Kind: EventStoreError, StoreLatency: lat, Err: err})
+	})
 }
 
 // captureStream is the handler's grpc.ServerTransportStream: it passes

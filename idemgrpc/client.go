@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/internal/option"
+	"github.com/idemkey/idemkey/internal/outkey"
 )
 
 // Client defaults. Each option's doc comment says which one it replaces.
@@ -170,17 +171,15 @@ func NewClient(opts ...ClientOption) (*Client, error) {
 	return &Client{cfg: c}, nil
 }
 
-type clientKey struct{}
-
-type callNameKey struct{}
-
 // WithKey returns a copy of ctx whose calls send key, on every attempt,
 // whatever the method. Metadata the caller set itself wins over it. An
 // invalid key (not 1 to 255 printable ASCII characters) fails the call
 // with an error wrapping idemkey.ErrKeyInvalid, and nothing is sent. An
-// empty key is the same as none.
+// empty key is the same as none. It is client.WithKey: a key given with
+// either is sent on HTTP requests (through client.Transport) and gRPC
+// calls made with ctx alike.
 func WithKey(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, clientKey{}, key)
+	return outkey.WithKey(ctx, key)
 }
 
 // WithCallName returns a copy of ctx that names the calls made with it.
@@ -190,9 +189,10 @@ func WithKey(ctx context.Context, key string) context.Context {
 // call, different for different names. Without a name, the derivation
 // uses "grpc " and the full method name, so two calls to one method in
 // one handler need names of their own. Without an incoming key the name
-// has no effect.
+// has no effect. It is client.WithCallName: one name given with either
+// names the HTTP request or the gRPC call made with ctx alike.
 func WithCallName(ctx context.Context, name string) context.Context {
-	return context.WithValue(ctx, callNameKey{}, name)
+	return outkey.WithCallName(ctx, name)
 }
 
 // UnaryClientInterceptor returns the interceptor, for
@@ -261,20 +261,16 @@ func (c *Client) keyOf(ctx context.Context, method string, req any) (key string,
 	if k, _ := c.cfg.fields.read(req); k != "" {
 		return k, false, nil
 	}
-	if k, _ := ctx.Value(clientKey{}).(string); k != "" {
-		if !idemkey.ValidKey(k) {
-			return "", false, fmt.Errorf("idemkey: idemgrpc: key from WithKey: %w", idemkey.ErrKeyInvalid)
+	if k, err := outkey.Asked(ctx); err != nil || k != "" {
+		if err != nil {
+			return "", false, fmt.Errorf("idemkey: idemgrpc: %w", err)
 		}
 		return k, true, nil
-	}
-	in, hasIn := idemkey.FromContext(ctx)
-	if name, _ := ctx.Value(callNameKey{}).(string); hasIn && name != "" {
-		return in.Derive(name), true, nil
 	}
 	if !c.cfg.covers(method) {
 		return "", false, nil
 	}
-	if hasIn {
+	if in, hasIn := idemkey.FromContext(ctx); hasIn {
 		return in.Derive("grpc " + method), true, nil
 	}
 	k := c.cfg.newKey()

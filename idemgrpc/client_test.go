@@ -17,6 +17,7 @@ import (
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/idemgrpc"
 	"github.com/idemkey/idemkey/idemgrpc/internal/testpb"
+	"github.com/idemkey/idemkey/internal/outkey"
 )
 
 // keysSeen is a handler that records the key each run got from metadata,
@@ -178,6 +179,11 @@ func TestClientKeys(t *testing.T) {
 		{"derived by name", idemgrpc.WithCallName(served, "bank.charge"), in.Derive("bank.charge")},
 		{"WithKey", idemgrpc.WithKey(served, "given-1"), "given-1"},
 		{"own metadata", withKey(idemgrpc.WithKey(served, "given-1"), "own-1"), "own-1"},
+		// One call site names a downstream call for HTTP and gRPC alike:
+		// client.WithCallName and client.WithKey are these (client's
+		// TestKeyContextShared).
+		{"derived by outkey.WithCallName", outkey.WithCallName(served, "bank.refund"), in.Derive("bank.refund")},
+		{"outkey.WithKey", outkey.WithKey(served, "given-2"), "given-2"},
 	}
 	for _, tc := range cases {
 		if _, err := c.Charge(tc.ctx, &testpb.ChargeRequest{Amount: 1}); err != nil {

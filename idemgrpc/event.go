@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/idemkey/idemkey/internal/eventname"
 )
 
 // EventKind names a decision the interceptor made. The names (String) are
@@ -45,8 +47,9 @@ const (
 	EventScopeMissing
 )
 
-var eventNames = [...]string{"invalid", "first_attempt", "replay", "in_flight", "key_reused",
-	"key_missing", "key_invalid", "kept", "released", "ownership_lost", "store_error", "scope_missing"}
+var eventNames = [...]string{eventname.Invalid, eventname.FirstAttempt, eventname.Replay, eventname.InFlight,
+	eventname.KeyReused, eventname.KeyMissing, eventname.KeyInvalid, eventname.Kept, eventname.Released,
+	eventname.OwnershipLost, eventname.StoreError, eventname.ScopeMissing}
 
 // String returns the event's name in snake case, for logs and metric
 // labels.
@@ -88,13 +91,7 @@ type Observer func(ctx context.Context, e Event)
 // digest, never the key or the message.
 func SlogObserver(l *slog.Logger) Observer {
 	return func(ctx context.Context, e Event) {
-		level := slog.LevelDebug
-		switch e.Kind {
-		case EventStoreError, EventOwnershipLost, EventScopeMissing:
-			level = slog.LevelWarn
-		case EventInFlight, EventKeyReused, EventKeyMissing, EventKeyInvalid:
-			level = slog.LevelInfo
-		}
+		level := eventname.Level(e.Kind.String())
 		if !l.Enabled(ctx, level) {
 			return
 		}
@@ -119,8 +116,7 @@ func SlogObserver(l *slog.Logger) Observer {
 // warnDefault is the observer when none is set: what an operator must
 // see goes to slog.Default at Warn, so nothing fails silently.
 func warnDefault(ctx context.Context, e Event) {
-	switch e.Kind {
-	case EventStoreError, EventOwnershipLost, EventScopeMissing:
+	if eventname.Level(e.Kind.String()) == slog.LevelWarn {
 		SlogObserver(slog.Default())(ctx, e)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/idemkey/idemkey/internal/keylife"
 	"github.com/idemkey/idemkey/internal/option"
 	"github.com/idemkey/idemkey/scope"
 )
@@ -18,13 +19,13 @@ import (
 // those of package middleware, so that a service with an HTTP and a gRPC
 // front door gives its keys the same lives on both.
 const (
-	DefaultDeadline  = 30 * time.Second
-	DefaultRetention = 24 * time.Hour
+	DefaultDeadline  = keylife.DefaultDeadline  // 30 seconds
+	DefaultRetention = keylife.DefaultRetention // 24 hours
 
 	// ClaimMargin is added to a call's deadline to give a claim's life: a
 	// call that never finishes lets go of its key this long after its
-	// deadline.
-	ClaimMargin = 5 * time.Second
+	// deadline. 5 seconds.
+	ClaimMargin = keylife.ClaimMargin
 
 	// MetadataKey is the metadata entry that carries the key, lower-case
 	// as gRPC metadata names are.
@@ -103,18 +104,16 @@ func Principal(ctx context.Context) string {
 type Option func(*config) error
 
 type config struct {
-	defaultMode  Mode
-	deadline     time.Duration
-	methods      map[string]Method
-	keyFields    []string
-	keyFunc      KeyFunc
-	scope        ScopeFunc
-	retention    time.Duration
-	storeTimeout time.Duration
-	keep         func(codes.Code) bool
-	keepMetadata func(name string) bool
-	observers    []Observer
-	maxResponse  int
+	keylife.Lives // the deadline, retention and store timeout
+	defaultMode   Mode
+	methods       map[string]Method
+	keyFields     []string
+	keyFunc       KeyFunc
+	scope         ScopeFunc
+	keep          func(codes.Code) bool
+	keepMetadata  func(name string) bool
+	observers     []Observer
+	maxResponse   int
 }
 
 // DefaultKeyFields are the request fields a key is read from, when the
@@ -144,11 +143,7 @@ func WithDefault(m Mode) Option {
 // (WithMethod with a positive deadline). Default: DefaultDeadline (30 s).
 func WithDeadline(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("WithDeadline(%v): the deadline must be positive", d)
-		}
-		c.deadline = d
-		return nil
+		return c.SetDeadline(d)
 	}
 }
 
@@ -227,11 +222,7 @@ func WithScope(f ScopeFunc) Option {
 // DefaultRetention (24 hours).
 func WithRetention(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("WithRetention(%v): the retention must be positive", d)
-		}
-		c.retention = d
-		return nil
+		return c.SetRetention(d)
 	}
 }
 
@@ -240,11 +231,7 @@ func WithRetention(d time.Duration) Option {
 // UNAVAILABLE. Default: 0, the store's own budget alone.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("WithStoreTimeout(%v): the timeout must not be negative", d)
-		}
-		c.storeTimeout = d
-		return nil
+		return c.SetStoreTimeout(d)
 	}
 }
 
@@ -360,17 +347,12 @@ func newConfig(opts []Option) (*config, error) {
 	if c.defaultMode == 0 {
 		c.defaultMode = Optional
 	}
-	if c.deadline == 0 {
-		c.deadline = DefaultDeadline
-	}
+	c.Fill()
 	if c.keyFields == nil {
 		c.keyFields = DefaultKeyFields
 	}
 	if c.scope == nil {
 		c.scope = Principal
-	}
-	if c.retention == 0 {
-		c.retention = DefaultRetention
 	}
 	if c.keep == nil {
 		c.keep = DefaultKeep
@@ -391,7 +373,7 @@ func (c *config) method(fullMethod string) Method {
 		m.Mode = c.defaultMode
 	}
 	if m.Deadline == 0 {
-		m.Deadline = c.deadline
+		m.Deadline = c.Deadline
 	}
 	return m
 }

@@ -22,6 +22,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/heartbeat"
+	"github.com/idemkey/idemkey/internal/storecall"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -48,8 +50,9 @@ type Server struct {
 	ext       store.Extender // store, when it can extend a live claim (and is not tx)
 	cfg       *config
 	fields    *keyFields
-	runs      sync.Map      // full method -> *runTimes
-	abandoned chan struct{} // bounds background releases of claims whose reply was lost
+	runs      sync.Map             // full method -> *retryhint.RunTimes
+	beats     heartbeat.Beats      // claims on ext held while their handlers run
+	abandoned *storecall.Abandoned // bounds background releases of claims whose reply was lost
 }
 
 // maxAbandoned bounds the background releases under way at once.
@@ -67,11 +70,12 @@ func NewServer(s store.Store, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := &Server{store: s, cfg: cfg, fields: newKeyFields(cfg.keyFields), abandoned: make(chan struct{}, maxAbandoned)}
+	srv := &Server{store: s, cfg: cfg, fields: newKeyFields(cfg.keyFields), abandoned: storecall.NewAbandoned(maxAbandoned)}
 	if tx, ok := s.(store.TxStore); ok {
 		srv.tx = tx
 	} else if ext, ok := s.(store.Extender); ok {
 		srv.ext = ext
+		srv.beats.Ext = ext
 	}
 	return srv, nil
 }

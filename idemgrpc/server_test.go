@@ -484,22 +484,24 @@ func (e *extending) count() int {
 }
 
 // TestHeartbeat: on a store.Extender, a handler that runs past a third of
-// its claim's life has its claim extended to the claim's full life, and
-// the extensions stop when it returns.
+// its claim's life (and the heartbeat's scan, a second) has its claim
+// extended to the claim's full life, and the extensions stop when it
+// returns.
 func TestHeartbeat(t *testing.T) {
 	ext := &extending{Store: newMemory(t)}
 	svc := &payments{}
 	svc.fn = func(context.Context, any) (*testpb.Payment, error) {
-		time.Sleep(2200 * time.Millisecond)
+		time.Sleep(3300 * time.Millisecond)
 		return &testpb.Payment{}, nil
 	}
-	// Deadline 1 s: the claim lives 6 s, extended every 2 s.
+	// Deadline 1 s: the claim lives 6 s, extended every 2 s, looked at
+	// every second.
 	c := bufconnClient(t, newServer(t, ext, idemgrpc.WithMethod(mCreate, idemgrpc.Required, time.Second)), svc)
 	if _, err := c.CreatePayment(timeout(t, 10*time.Second), &testpb.CreatePaymentRequest{RequestId: newKey()}); err != nil {
 		t.Fatal(err)
 	}
 	if n := ext.count(); n != 1 {
-		t.Fatalf("%d extensions of a claim held 2.2 s, want 1", n)
+		t.Fatalf("%d extensions of a claim held 3.3 s, want 1", n)
 	}
 	ext.mu.Lock()
 	ttl := ext.ttls[0]

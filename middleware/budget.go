@@ -2,30 +2,27 @@ package middleware
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
-	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/internal/storecall"
 )
 
 // Budgets: every store call has its own time budget (WithStoreTimeout),
 // and the calls that settle a key run detached from the request's
-// cancellation, so that a client that hangs up does not stop them.
+// cancellation, so that a client that hangs up does not stop them
+// (internal/storecall).
 
 // detached returns a context for keeping or releasing: it keeps r's values
 // but not its cancellation, so a client that hangs up does not stop the
 // record from being kept. The store's own budget bounds the call.
 func (m *Middleware) detached(r *http.Request) (context.Context, context.CancelFunc) {
-	return m.budget(context.WithoutCancel(r.Context()))
+	return storecall.Detached(r.Context(), m.cfg.StoreTimeout)
 }
 
 // budget adds WithStoreTimeout's bound to ctx, when one was set.
 func (m *Middleware) budget(ctx context.Context) (context.Context, context.CancelFunc) {
-	if m.cfg.storeTimeout > 0 {
-		return context.WithTimeout(ctx, m.cfg.storeTimeout)
-	}
-	return ctx, func() {}
+	return storecall.Budget(ctx, m.cfg.StoreTimeout)
 }
 
 // releaseAbandoned frees, in the background, a claim whose reply was lost
@@ -35,20 +32,7 @@ func (m *Middleware) budget(ctx context.Context) (context.Context, context.Cance
 // than the store still being down is reported, from the releasing
 // goroutine.
 func (m *Middleware) releaseAbandoned(r *http.Request, skey, token, digest string) {
-	select {
-	case m.abandoned <- struct{}{}:
-	default:
-		return
-	}
-	ctx := context.WithoutCancel(r.Context())
-	go func() {
-		defer func() { <-m.abandoned }()
-		ctx, cancel := m.budget(ctx)
-		defer cancel()
-		t := time.Now()
-		err := m.store.Release(ctx, skey, token)
-		if err != nil && !errors.Is(err, store.ErrUnavailable) && !isNotOwner(err) {
-			m.emit(r, Event{Kind: EventStoreError, KeyDigest: digest, StoreLatency: time.Since(t), Err: err})
-		}
-	}()
+	m.abandoned.Release(r.Context(), m.store, m.cfg.StoreTimeout, skey, token, func(err error, lat time.Duration) {
+		m.emit(r, Event{Kind: EventStoreError, KeyDigest: digest, StoreLatency: lat, Err: err})
+	})
 }

@@ -61,7 +61,7 @@ func (a *attempt) newHandlerCtx() (context.Context, *handlerCtx) {
 		if a.skey == "" {
 			return parent, nil
 		}
-		return &keyContext{Context: parent, key: a.key}, nil
+		return &keyctx.Carrier[idemkey.Key]{Context: parent, Key: a.key}, nil
 	}
 	c := &handlerCtx{parent: parent, key: a.key, hasKey: a.skey != "", deadline: deadline}
 	return c, c
@@ -136,21 +136,4 @@ func (c *handlerCtx) end() {
 	if made {
 		c.cancel()
 	}
-}
-
-// keyContext is the context that carries the request's key to the handler
-// (idemkey.FromContext) when the request's own context bounds it already,
-// as idemkey.NewContext does, in one allocation instead of two: the key is
-// kept in it and handed out by pointer, where context.WithValue would box
-// a copy. Everything else it asks of its parent.
-type keyContext struct {
-	context.Context
-	key idemkey.Key
-}
-
-func (c *keyContext) Value(k any) any {
-	if k == (keyctx.Key{}) {
-		return &c.key
-	}
-	return c.Context.Value(k)
 }

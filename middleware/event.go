@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/idemkey/idemkey/internal/eventname"
 )
 
 // EventKind names a decision the middleware made.
@@ -55,9 +57,19 @@ const (
 	EventRouteInvalid
 )
 
-var eventNames = [...]string{"invalid", "first_attempt", "replay", "in_flight", "key_reused",
-	"key_missing", "key_invalid", "request_too_large", "kept", "released", "ownership_lost", "store_error",
-	"body_unreadable", "store_full", "scope_missing", "route_invalid"}
+var eventNames = [...]string{eventname.Invalid, eventname.FirstAttempt, eventname.Replay, eventname.InFlight,
+	eventname.KeyReused, eventname.KeyMissing, eventname.KeyInvalid, eventname.RequestTooLarge, eventname.Kept,
+	eventname.Released, eventname.OwnershipLost, eventname.StoreError, eventname.BodyUnreadable, eventname.StoreFull,
+	eventname.ScopeMissing, eventname.RouteInvalid}
+
+// eventLevels holds each kind's level by internal/eventname's rule, read
+// once per event with no map or string compare.
+var eventLevels = func() (l [len(eventNames)]slog.Level) {
+	for k, name := range eventNames {
+		l[k] = eventname.Level(name)
+	}
+	return l
+}()
 
 // String returns the event's name in snake case, for logs and metric labels.
 func (k EventKind) String() string {
@@ -110,11 +122,8 @@ func SlogObserver(l *slog.Logger) Observer {
 
 // level is the level SlogObserver logs an event of kind k at.
 func (k EventKind) level() slog.Level {
-	switch k {
-	case EventStoreError, EventOwnershipLost, EventStoreFull, EventRouteInvalid, EventScopeMissing:
-		return slog.LevelWarn
-	case EventInFlight, EventKeyReused, EventKeyMissing, EventKeyInvalid, EventRequestTooLarge, EventBodyUnreadable:
-		return slog.LevelInfo
+	if int(k) < len(eventLevels) {
+		return eventLevels[k]
 	}
 	return slog.LevelDebug
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkey/idemkey/internal/eventname"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/scope"
 	"github.com/idemkey/idemkey/store"
@@ -108,5 +109,32 @@ func TestSlogObserverWarnsOfAMissingScope(t *testing.T) {
 	serve(f.mw.Required()(&counter{}), post("k", `{}`))
 	if !strings.Contains(buf.String(), `"event":"scope_missing"`) {
 		t.Fatalf("no scope_missing at Warn in:\n%s", buf.String())
+	}
+}
+
+// TestEventNames: every decision has the name internal/eventname gives it,
+// the one idemgrpc gives the same decision on gRPC.
+func TestEventNames(t *testing.T) {
+	for k, want := range map[middleware.EventKind]string{
+		middleware.EventFirstAttempt:    eventname.FirstAttempt,
+		middleware.EventReplay:          eventname.Replay,
+		middleware.EventInFlight:        eventname.InFlight,
+		middleware.EventKeyReused:       eventname.KeyReused,
+		middleware.EventKeyMissing:      eventname.KeyMissing,
+		middleware.EventKeyInvalid:      eventname.KeyInvalid,
+		middleware.EventRequestTooLarge: eventname.RequestTooLarge,
+		middleware.EventKept:            eventname.Kept,
+		middleware.EventReleased:        eventname.Released,
+		middleware.EventOwnershipLost:   eventname.OwnershipLost,
+		middleware.EventStoreError:      eventname.StoreError,
+		middleware.EventBodyUnreadable:  eventname.BodyUnreadable,
+		middleware.EventStoreFull:       eventname.StoreFull,
+		middleware.EventScopeMissing:    eventname.ScopeMissing,
+		middleware.EventRouteInvalid:    eventname.RouteInvalid,
+		middleware.EventKind(0):         eventname.Invalid,
+	} {
+		if k.String() != want {
+			t.Errorf("kind %d: %q, want %q", k, k.String(), want)
+		}
 	}
 }

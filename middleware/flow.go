@@ -183,7 +183,7 @@ func (a *attempt) decide(o claimOutcome) {
 			return
 		}
 		if m.cache != nil {
-			m.cache.put(a.skey, res.Record, m.cfg.retention)
+			m.cache.put(a.skey, res.Record, m.cfg.Retention)
 		}
 		m.completed(a.w, a.r, res.Record, a.same(res.Record), ev, a.id, a.values[:])
 	case store.InFlight:
@@ -245,7 +245,7 @@ func (a *attempt) run() {
 	a.h.next.ServeHTTP(w, r)
 	returned = true
 	if a.own.claimed() {
-		a.h.runs.add(time.Since(a.start))
+		a.h.runs.Add(time.Since(a.start))
 	}
 	if cw.status == 0 && !cw.hijacked {
 		cw.WriteHeader(http.StatusOK)
@@ -264,7 +264,7 @@ func (a *attempt) keep(rec *store.Record) bool {
 	defer cancel()
 	t := time.Now()
 	rec.CreatedAt, rec.CompletedAt = a.start, t
-	err := a.own.Commit(ctx, rec, m.cfg.retention)
+	err := a.own.Commit(ctx, rec, m.cfg.Retention)
 	if err == nil || isNotOwner(err) || a.own.atomic() {
 		// Kept, not ours to keep, or (in a transaction) over either way.
 		a.ended = true
@@ -279,7 +279,7 @@ func (a *attempt) keep(rec *store.Record) bool {
 			// keep alive.
 			kept := *rec
 			kept.Body, kept.Header = bytes.Clone(rec.Body), rec.Header.Clone()
-			m.cache.put(a.skey, &kept, m.cfg.retention)
+			m.cache.put(a.skey, &kept, m.cfg.Retention)
 		}
 		if m.observed() {
 			ev.Size = recordSize(rec)

@@ -119,6 +119,9 @@ import (
 
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/internal/describe"
+	"github.com/idemkey/idemkey/internal/heartbeat"
+	"github.com/idemkey/idemkey/internal/retryhint"
+	"github.com/idemkey/idemkey/internal/storecall"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -135,8 +138,8 @@ type Middleware struct {
 	cache  *replayCache // nil unless WithLocalCache
 	// abandoned bounds the background releases of claims whose reply was
 	// lost to a store failure.
-	abandoned chan struct{}
-	beats     beats // plain claims held while their handlers run
+	abandoned *storecall.Abandoned
+	beats     heartbeat.Beats // plain claims held while their handlers run
 }
 
 // maxAbandoned is how many releases of failed claims may run in the
@@ -154,8 +157,9 @@ func New(st store.Store, opts ...Option) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{store: st, cfg: cfg, abandoned: make(chan struct{}, maxAbandoned)}
+	m := &Middleware{store: st, cfg: cfg, abandoned: storecall.NewAbandoned(maxAbandoned)}
 	m.ext, _ = st.(store.Extender)
+	m.beats.Ext = m.ext
 	m.tx, _ = st.(store.TxStore)
 	m.waiter, _ = st.(store.Waiter)
 	m.lazy, _ = st.(store.LazyClaimer)
@@ -224,7 +228,7 @@ func (m *Middleware) Optional(opts ...RouteOption) func(http.Handler) http.Handl
 }
 
 func (m *Middleware) route(required bool, opts []RouteOption) func(http.Handler) http.Handler {
-	rt := routeConfig{Required: required, Deadline: m.cfg.deadline}
+	rt := routeConfig{Required: required, Deadline: m.cfg.Deadline}
 	var errs []error
 	for i, o := range opts {
 		if o.apply == nil {
@@ -288,5 +292,5 @@ type handler struct {
 	route   routeConfig
 	invalid error // of the route's invalid options: every covered request gets 500
 	next    http.Handler
-	runs    runTimes
+	runs    retryhint.RunTimes
 }

@@ -12,22 +12,21 @@ import (
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/fingerprint"
 	"github.com/idemkey/idemkey/internal/headername"
+	"github.com/idemkey/idemkey/internal/keylife"
 	"github.com/idemkey/idemkey/internal/option"
 	"github.com/idemkey/idemkey/scope"
 )
 
 // Defaults, each given in the doc comment of the option that replaces it.
 const (
-	defaultDeadline        = 30 * time.Second
-	defaultRetention       = 24 * time.Hour
 	defaultMaxRequestBody  = 1 << 20
 	defaultMaxResponseBody = 1 << 20
 	defaultBodyTimeout     = 30 * time.Second
 
 	// ClaimMargin is added to a route's deadline to give a claim's life: a
 	// request that never finishes lets go of its key this long after its
-	// deadline.
-	ClaimMargin = 5 * time.Second
+	// deadline. 5 seconds, as idemgrpc's.
+	ClaimMargin = keylife.ClaimMargin
 )
 
 // An Option configures a Middleware. New applies options in order (a later
@@ -37,16 +36,14 @@ const (
 type Option func(*config) error
 
 type config struct {
+	keylife.Lives   // the deadline, retention and store timeout
 	header          string
 	covers          func(method string) bool
 	scope           scope.Func
 	fingerprint     fingerprint.Func
-	deadline        time.Duration
-	retention       time.Duration
 	maxRequestBody  int64
 	maxResponseBody int
 	bodyTimeout     time.Duration
-	storeTimeout    time.Duration
 	wait            time.Duration
 	keep            func(status int) bool
 	keepHeader      func(name string) bool
@@ -133,11 +130,7 @@ func WithFingerprint(f fingerprint.Func) Option {
 // package documentation). Default: 30 seconds.
 func WithDeadline(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("WithDeadline(%v): the deadline must be positive", d)
-		}
-		c.deadline = d
-		return nil
+		return c.SetDeadline(d)
 	}
 }
 
@@ -145,11 +138,7 @@ func WithDeadline(d time.Duration) Option {
 // hours.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("WithRetention(%v): the retention must be positive", d)
-		}
-		c.retention = d
-		return nil
+		return c.SetRetention(d)
 	}
 }
 
@@ -206,11 +195,7 @@ func WithMaxResponseBody(n int) Option {
 // Default: 0, the store's own budget alone.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("WithStoreTimeout(%v): the timeout must not be negative", d)
-		}
-		c.storeTimeout = d
-		return nil
+		return c.SetStoreTimeout(d)
 	}
 }
 
@@ -385,12 +370,7 @@ func newConfig(opts []Option) (*config, error) {
 		c.fingerprint = fingerprint.Default
 		c.defaultFingerprint = true
 	}
-	if c.deadline == 0 {
-		c.deadline = defaultDeadline
-	}
-	if c.retention == 0 {
-		c.retention = defaultRetention
-	}
+	c.Fill()
 	if c.maxRequestBody == 0 {
 		c.maxRequestBody = defaultMaxRequestBody
 	}

@@ -63,7 +63,7 @@ func (m *Middleware) claim(ctx context.Context, a *attempt) (store.Result, owner
 	a.plain = claimTx{m: m, r: a.r, skey: a.skey, digest: a.digest, token: a.claim.Token, ttl: a.claim.TTL}
 	c := &a.plain
 	if m.ext != nil {
-		m.beats.hold(m, c, a.start)
+		m.beats.Hold(c, a.start)
 	}
 	return res, c, nil
 }
@@ -122,7 +122,7 @@ func (c *claimTx) claimed() bool { return true }
 
 func (c *claimTx) done() {
 	if c.m.ext != nil {
-		c.m.beats.drop(c)
+		c.m.beats.Drop(c)
 	}
 }
 
