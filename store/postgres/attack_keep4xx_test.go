@@ -25,6 +25,8 @@ type gateHandler struct {
 	gate  chan struct{}
 	ran   chan struct{} // a blocked run's insert is done
 	runs  atomic.Int64
+	// afterInsert, when not nil, is called after the insert.
+	afterInsert func(*http.Request)
 }
 
 func (h *gateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -40,6 +42,9 @@ func (h *gateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
+	}
+	if h.afterInsert != nil {
+		h.afterInsert(r)
 	}
 	if r.Header.Get("X-Block") != "" {
 		h.ran <- struct{}{}
