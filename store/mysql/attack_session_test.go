@@ -19,6 +19,8 @@ import (
 type sessionHandler struct {
 	pay  payments
 	runs atomic.Int64
+	// afterInsert, when not nil, is called after the insert.
+	afterInsert func(*http.Request)
 }
 
 func (h *sessionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -38,6 +40,9 @@ func (h *sessionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, _ := res.LastInsertId()
+	if h.afterInsert != nil {
+		h.afterInsert(r)
+	}
 	status := http.StatusCreated
 	if s := r.Header.Get("X-Status"); s != "" {
 		fmt.Sscan(s, &status)
