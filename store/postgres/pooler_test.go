@@ -43,6 +43,11 @@ func TestThroughPgBouncer(t *testing.T) {
 		{"WaitWakes", TestWaitWakesWhenTheOwnerEnds},
 		{"MiddlewareWaitReplays", TestMiddlewareWaitReplays},
 		{"NoSubtransaction", TestNoSubtransaction},
+		{"SessionChangedByHandler", TestSessionChangedByHandler},
+		{"SessionSearchPath", TestSessionSearchPath},
+		{"Kept4xxRace", TestKept4xxRace},
+		{"CommitHeldThenDropped", TestCommitHeldThenDropped},
+		{"PoolOfOne", TestPoolOfOne},
 		// The database/sql face.
 		{"SQLTxConformance", TestSQLTxConformance},
 		{"SQLMiddlewareOneKey64", TestSQLMiddlewareOneKey64},

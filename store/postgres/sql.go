@@ -117,15 +117,23 @@ FROM (SELECT count(*) AS n FROM kept) k`
 	// keepAloneSQL keeps the record of a 4xx whose writes are undone, in
 	// a statement of its own after the request's transaction rolled back
 	// (its claim with it): completeSQL's parameters, $12 the key's lock,
-	// $13 when the claim was made (the database's clock) and $14 its life
-	// (µs). It is fenced as the claim it stands for: it takes the key's
-	// lock, so that it writes nothing while a transaction holds the key
-	// (a request that took it once the rollback let it go wins); it
-	// writes only where no live row is (a plain claim or a record that
-	// came meanwhile wins); and only within the claim's life. It answers
+	// $13 when the claim was made (the database's clock), $14 its life
+	// (µs) and $15 the lock of the key with the request's fingerprint. It
+	// is fenced as the claim it stands for: it takes the key's lock, so
+	// that it writes nothing while a transaction holds the key (a request
+	// that took it once the rollback let it go wins); it writes only where
+	// no live row is (a plain claim or a record that came meanwhile wins);
+	// and only within the claim's life. It takes the fingerprint's lock
+	// first, as the claim does, shared (a waiter's Wait holds it so too):
+	// a repeat of the request that claims meanwhile then finds it taken
+	// and answers in flight, where with the key's lock alone it would get
+	// the fingerprint's lock but not the key's, which reads as the key
+	// held for another request (422); and a repeat that holds it first
+	// goes on to claim the key, and the keep writes nothing. It answers
 	// how many rows it kept: 1, or 0 when fenced.
 	keepAloneSQL = `WITH lock AS MATERIALIZED (
-    SELECT pg_try_advisory_xact_lock($12::bigint) AS got
+    SELECT CASE WHEN pg_try_advisory_xact_lock_shared($15::bigint)
+        THEN pg_try_advisory_xact_lock($12::bigint) ELSE false END AS got
 ), kept AS (
     INSERT INTO T AS r (key, token, fingerprint, raw_digest, status, header, body, body_omitted,
         created_at, completed_at, expires_at)

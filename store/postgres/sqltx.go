@@ -305,9 +305,9 @@ func (t *sqlRequestTx) keepAlone(ctx context.Context, rec *store.Record, retenti
 	if err != nil {
 		return err
 	}
-	lock, _ := t.s.locks(t.key, rec.Fingerprint)
+	lock, fpLock := t.s.locks(t.key, rec.Fingerprint)
 	var kept int64
-	if err := t.conn.QueryRowContext(ctx, t.s.sql.keepAlone, append(args, lock, t.claimedAt, t.life.Microseconds())...).Scan(&kept); err != nil {
+	if err := t.conn.QueryRowContext(ctx, t.s.sql.keepAlone, append(args, lock, t.claimedAt, t.life.Microseconds(), fpLock)...).Scan(&kept); err != nil {
 		return unavailable("commit", err)
 	}
 	if kept != 1 {

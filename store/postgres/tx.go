@@ -429,10 +429,10 @@ func (t *requestTx) keepAlone(ctx context.Context, rec *store.Record, retention 
 		t.rollback(ctx)
 		return err
 	}
-	lock, _ := t.s.locks(t.key, rec.Fingerprint)
+	lock, fpLock := t.s.locks(t.key, rec.Fingerprint)
 	b := &pgx.Batch{}
 	b.Queue("ROLLBACK")
-	b.Queue(t.s.sql.keepAlone, append(args, lock, t.claimedAt, t.life.Microseconds())...)
+	b.Queue(t.s.sql.keepAlone, append(args, lock, t.claimedAt, t.life.Microseconds(), fpLock)...)
 	br := t.conn.SendBatch(ctx, b)
 	var kept int64
 	_, err = br.Exec()
