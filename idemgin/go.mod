@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/gin-gonic/gin v1.12.0
-	github.com/idemkey/idemkey v0.0.0-20261201222029-e2a2a961fafe
+	github.com/idemkey/idemkey v0.0.0-20261201232013-9f037d49e3ef
 )
 
 require (

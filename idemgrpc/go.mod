@@ -3,9 +3,9 @@ module github.com/idemkey/idemkey/idemgrpc
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-20261201222029-e2a2a961fafe
-	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201222029-e2a2a961fafe
-	github.com/idemkey/idemkey/store/redis v0.0.0-20261201222029-e2a2a961fafe
+	github.com/idemkey/idemkey v0.0.0-20261201232013-9f037d49e3ef
+	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201232013-9f037d49e3ef
+	github.com/idemkey/idemkey/store/redis v0.0.0-20261201232013-9f037d49e3ef
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1

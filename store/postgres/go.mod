@@ -3,7 +3,7 @@ module github.com/idemkey/idemkey/store/postgres
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-20261201222029-e2a2a961fafe
+	github.com/idemkey/idemkey v0.0.0-20261201232013-9f037d49e3ef
 	github.com/jackc/pgx/v5 v5.12.0
 )
 
