@@ -455,8 +455,14 @@ func (s *Store) letGo(conn *sql.Conn, connID int64, tx *sql.Tx, cancel context.C
 			// now, with a ROLLBACK that ends the transaction the chain
 			// began (empty, unless a late statement of the handler's
 			// landed in it: then that is undone), so that the
-			// connection can go back.
-			tx.Rollback()
+			// connection can go back. A ROLLBACK that failed leaves that
+			// transaction open, and the statement that lets go of the
+			// locks turns autocommit on, which would commit it: such a
+			// connection is closed and its session killed instead.
+			if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+				s.discard(conn, connID)
+				return
+			}
 		}
 		ctx, stop := context.WithTimeout(context.Background(), s.commitTimeout)
 		defer stop()
