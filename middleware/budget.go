@@ -20,6 +20,13 @@ func (m *Middleware) detached(r *http.Request) (context.Context, context.CancelF
 	return storecall.Detached(r.Context(), m.cfg.StoreTimeout)
 }
 
+// detached is m.detached for the attempt's own settling calls, in the
+// attempt's memory rather than an allocation of its own.
+func (a *attempt) detached() (context.Context, context.CancelFunc) {
+	a.unbound.Parent = a.r.Context()
+	return a.h.m.budget(&a.unbound)
+}
+
 // budget adds WithStoreTimeout's bound to ctx, when one was set.
 func (m *Middleware) budget(ctx context.Context) (context.Context, context.CancelFunc) {
 	return storecall.Budget(ctx, m.cfg.StoreTimeout)

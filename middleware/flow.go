@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/internal/rawdigest"
+	"github.com/idemkey/idemkey/internal/storecall"
 	"github.com/idemkey/idemkey/store"
 )
 
@@ -119,6 +120,8 @@ type attempt struct {
 	// sawInFlight: this request found its key running for its own request
 	// (and waits on it): a store failure then never fails open.
 	sawInFlight bool
+	// unbound is the context of the keep or release (detached).
+	unbound storecall.Unbound
 }
 
 type claimOutcome struct {
@@ -260,7 +263,7 @@ func (a *attempt) keep(rec *store.Record) bool {
 	if a.skey != "" {
 		rec.Fingerprint, rec.RawDigest = a.Fingerprint(), a.raw
 	}
-	ctx, cancel := m.detached(a.r)
+	ctx, cancel := a.detached()
 	defer cancel()
 	t := time.Now()
 	rec.CreatedAt, rec.CompletedAt = a.start, t
@@ -297,7 +300,7 @@ func (a *attempt) keep(rec *store.Record) bool {
 // again.
 func (a *attempt) release(status int) {
 	m := a.h.m
-	ctx, cancel := m.detached(a.r)
+	ctx, cancel := a.detached()
 	defer cancel()
 	t := time.Now()
 	err := a.own.Rollback(ctx)

@@ -1,16 +1,23 @@
 package middleware_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/middleware"
+	"github.com/idemkey/idemkey/store"
+	"github.com/idemkey/idemkey/store/memory"
 )
 
 // A transient 4xx says "try again later": it is released, as a 5xx is, so
@@ -190,3 +197,83 @@ func TestHandlerThatWritesNothingIsKeptAs200(t *testing.T) {
 		t.Fatalf("%d %d runs %d", a.Code, b.Code, runs)
 	}
 }
+
+// ctxStore records what the context of each Complete and Release says: a
+// client that hangs up must not stop its record from being kept or its
+// claim from being released, and the store still sees the request's
+// values (a trace, say).
+type ctxStore struct {
+	store.Store
+	mu   sync.Mutex
+	seen []string
+}
+
+type traceKey struct{}
+
+func (s *ctxStore) note(op string, ctx context.Context) {
+	_, hasDeadline := ctx.Deadline()
+	s.mu.Lock()
+	s.seen = append(s.seen, fmt.Sprintf("%s err=%v done=%v deadline=%v trace=%v", op, ctx.Err(), ctx.Done() != nil, hasDeadline, ctx.Value(traceKey{})))
+	s.mu.Unlock()
+}
+
+func (s *ctxStore) Complete(ctx context.Context, key, token string, rec *store.Record, retention time.Duration) error {
+	s.note("complete", ctx)
+	return s.Store.Complete(ctx, key, token, rec, retention)
+}
+
+func (s *ctxStore) Release(ctx context.Context, key, token string) error {
+	s.note("release", ctx)
+	return s.Store.Release(ctx, key, token)
+}
+
+func TestSettlingOutlivesTheClientHangingUp(t *testing.T) {
+	mem, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	st := &ctxStore{Store: mem}
+	mw, err := middleware.New(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := http.StatusCreated
+	var runs atomic.Int64
+	srv := mw.Required()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		// The client hangs up while the handler runs.
+		r.Context().Value(cancelKey{}).(context.CancelFunc)()
+		w.WriteHeader(status)
+	}))
+	send := func(key string) int {
+		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), traceKey{}, "t-1"))
+		defer cancel()
+		ctx = context.WithValue(ctx, cancelKey{}, cancel)
+		return serve(srv, post(key, `{"a":1}`).WithContext(ctx)).Code
+	}
+	send("gone-kept")
+	status = http.StatusServiceUnavailable
+	send("gone-released")
+	want := []string{
+		"complete err=<nil> done=false deadline=false trace=t-1",
+		"release err=<nil> done=false deadline=false trace=t-1",
+	}
+	if !slices.Equal(st.seen, want) {
+		t.Errorf("the settling calls saw\n%q\nwant\n%q", st.seen, want)
+	}
+	// The record was kept and the released key runs again.
+	status = http.StatusCreated
+	if code := send("gone-kept"); code != http.StatusCreated {
+		t.Errorf("repeat of the kept key: %d, want the kept 201", code)
+	}
+	if runs.Load() != 2 {
+		t.Errorf("the kept key ran again: %d runs, want 2", runs.Load())
+	}
+	send("gone-released")
+	if runs.Load() != 3 {
+		t.Errorf("the released key did not run again: %d runs, want 3", runs.Load())
+	}
+}
+
+type cancelKey struct{}

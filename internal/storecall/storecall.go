@@ -31,6 +31,19 @@ func Detached(ctx context.Context, timeout time.Duration) (context.Context, cont
 	return Budget(context.WithoutCancel(ctx), timeout)
 }
 
+// Unbound is what context.WithoutCancel returns, as a value a caller can
+// hold in a struct it has allocated anyway: Parent's values, with no
+// deadline and no cancellation (a nil Done, which no child waits on).
+type Unbound struct{ Parent context.Context }
+
+var _ context.Context = (*Unbound)(nil)
+
+func (*Unbound) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*Unbound) Done() <-chan struct{}       { return nil }
+func (*Unbound) Err() error                  { return nil }
+func (u *Unbound) Value(key any) any         { return u.Parent.Value(key) }
+func (u *Unbound) String() string            { return "idemkey: detached from the request" }
+
 // Abandoned releases, in the background, claims whose reply was lost to a
 // store failure, in case they landed: the handler never ran, so freeing
 // them is always safe. At most as many run at once as NewAbandoned says:
