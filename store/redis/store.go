@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -224,6 +225,13 @@ func (s *Store) sendClaim(ctx context.Context, conn *goredis.Conn, key string, v
 
 // bulkReply reads a reply in the protocol's bytes (RESP2 or RESP3) that is
 // nil (free) or a bulk string (v). It reports false for any other reply.
+//
+// v is read in place, without a copy: r is the reply of a RawCmd this
+// store made for one claim, whose bytes go-redis hands over and nothing
+// writes once it has (neither go-redis, which reads the next reply into
+// another command, nor this store), so that a string over them never
+// changes, as Go's strings must not. A record decoded from v keeps its
+// header's names and values as parts of it.
 func bulkReply(r []byte) (v string, free, ok bool) {
 	switch {
 	case len(r) == 3 && r[0] == '_': // RESP3 null
@@ -241,7 +249,10 @@ func bulkReply(r []byte) (v string, free, ok bool) {
 	if err != nil || n < 0 || len(r) != i+2+n+2 {
 		return "", false, false
 	}
-	return string(r[i+2 : i+2+n]), false, true
+	if n == 0 {
+		return "", false, true
+	}
+	return unsafe.String(&r[i+2], n), false, true
 }
 
 // held reads the value a claim found on key: a record, the caller's own
