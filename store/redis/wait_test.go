@@ -541,6 +541,54 @@ func TestPublishOnlyWhenWaited(t *testing.T) {
 	}
 }
 
+// TestWaitLostMark: a waiter's mark that does not survive (a failover to
+// a replica the SETRANGE had not reached) leaves the keep with nobody to
+// tell: nothing is published, and the waiter still returns at its
+// recheck, well within the claim's life, to claim again.
+func TestWaitLostMark(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	st := newStore(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sub := c.Subscribe(ctx, "idem:v1:settled")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key, first := newKey(), newClaim(1)
+	mustClaim(t, st, key, first, store.Claimed)
+	began := time.Now()
+	waiting := startWait(t, ctx, st, key, newClaim(1))
+	waitUntil(t, func() bool {
+		e, _, err := st.Inspect(ctx, key)
+		return err == nil && len(e.Fence) > 0 && e.Fence[len(e.Fence)-1] == 'w'
+	})
+	// The mark is lost: the value as it was before the waiter marked it.
+	v, err := c.Get(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetArgs(ctx, key, v[:len(v)-1], goredis.SetArgs{KeepTTL: true}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Complete(ctx, key, first.Token, record("kept", 1), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := sub.ReceiveTimeout(ctx, 200*time.Millisecond); err == nil {
+		t.Errorf("a keep whose claim lost its mark published %v", msg)
+	}
+	r := <-waiting
+	if !r.ok || r.err != nil {
+		t.Fatalf("Wait = %v, %v; want true, nil", r.ok, r.err)
+	}
+	if took := r.at.Sub(began); took >= first.TTL {
+		t.Errorf("the waiter returned after %v, not within the claim's life (%v)", took, first.TTL)
+	}
+	if res, err := st.Claim(ctx, key, newClaim(1)); err != nil || res.State != store.Completed {
+		t.Errorf("the claim after the wait: %v, %v; want the kept record", res.State, err)
+	}
+}
+
 // TestWaitReshard: a repeat waits on a claim whose slot then moves to
 // another master (the claim, with the waiter's mark, migrated with it);
 // the keep on the new master wakes it, through the Store's one
