@@ -314,6 +314,7 @@ var neverKeptMetadata = map[string]bool{
 	"traceparent":           true,
 	"tracestate":            true,
 	"baggage":               true,
+	"b3":                    true, // B3's single-header form
 	"uber-trace-id":         true,
 	"x-amzn-trace-id":       true,
 	"x-cloud-trace-context": true,

@@ -74,6 +74,22 @@ func TestReplayKeepsMessageAndMetadata(t *testing.T) {
 	}
 }
 
+// TestDefaultKeepMetadataRefusesTraceHeaders: every trace header
+// DefaultKeepMetadata's doc names is refused, the single-header B3 form
+// (b3) among them; entries that merely resemble one are kept.
+func TestDefaultKeepMetadataRefusesTraceHeaders(t *testing.T) {
+	for _, name := range []string{"traceparent", "tracestate", "baggage", "b3", "x-b3-traceid", "x-b3-sampled", "uber-trace-id", "x-amzn-trace-id", "x-cloud-trace-context"} {
+		if idemgrpc.DefaultKeepMetadata(name) {
+			t.Errorf("%s is kept", name)
+		}
+	}
+	for _, name := range []string{"x-payment", "location", "etag", "b3-custom"} {
+		if !idemgrpc.DefaultKeepMetadata(name) {
+			t.Errorf("%s is refused", name)
+		}
+	}
+}
+
 // TestKeptAndReleasedCodes: the caller's errors are kept and replayed
 // with their code, message and details; transient and server errors
 // release the key, so the retry runs again.
