@@ -17,6 +17,7 @@ import (
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/idemgrpc"
 	"github.com/idemkey/idemkey/idemgrpc/internal/testpb"
+	"github.com/idemkey/idemkey/internal/neverkept"
 	"github.com/idemkey/idemkey/scope"
 	"github.com/idemkey/idemkey/store"
 )
@@ -74,16 +75,25 @@ func TestReplayKeepsMessageAndMetadata(t *testing.T) {
 	}
 }
 
-// TestDefaultKeepMetadataRefusesTraceHeaders: every trace header
-// DefaultKeepMetadata's doc names is refused, the single-header B3 form
-// (b3) among them; entries that merely resemble one are kept.
+// TestDefaultKeepMetadataRefusesTraceHeaders: every per-call and trace
+// entry DefaultKeepMetadata's doc names is refused, the single-header B3
+// form (b3) among them, and so is every header of package neverkept, which
+// package middleware's DefaultKeepHeader refuses as HTTP headers; entries
+// that merely resemble one are kept.
 func TestDefaultKeepMetadataRefusesTraceHeaders(t *testing.T) {
-	for _, name := range []string{"traceparent", "tracestate", "baggage", "b3", "x-b3-traceid", "x-b3-sampled", "uber-trace-id", "x-amzn-trace-id", "x-cloud-trace-context"} {
+	refused := []string{"date", "set-cookie", "x-request-id", "server-timing",
+		"traceparent", "tracestate", "traceresponse", "baggage", "b3", "x-b3-traceid", "x-b3-sampled", "uber-trace-id",
+		"x-amzn-trace-id", "x-cloud-trace-context", "grpc-trace-bin", "sentry-trace"}
+	refused = append(refused, neverkept.Names()...)
+	for _, p := range neverkept.Prefixes() {
+		refused = append(refused, p+"anything")
+	}
+	for _, name := range refused {
 		if idemgrpc.DefaultKeepMetadata(name) {
 			t.Errorf("%s is kept", name)
 		}
 	}
-	for _, name := range []string{"x-payment", "location", "etag", "b3-custom"} {
+	for _, name := range []string{"x-payment", "location", "etag", "b3-custom", "sentry-release", "grpc-trace"} {
 		if !idemgrpc.DefaultKeepMetadata(name) {
 			t.Errorf("%s is refused", name)
 		}
