@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -22,20 +21,11 @@ import (
 	"github.com/idemkey/idemkey/idemgrpc"
 	"github.com/idemkey/idemkey/idemgrpc/internal/testpb"
 	"github.com/idemkey/idemkey/internal/pgtest"
+	"github.com/idemkey/idemkey/internal/proctest"
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/postgres"
 	redisstore "github.com/idemkey/idemkey/store/redis"
 )
-
-// needServer fails the test when CI is set, else skips it: a server the
-// test needs does not answer.
-func needServer(t testing.TB, err error) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatal(err)
-	}
-	t.Skip(err)
-}
 
 // redisURL is the shared Redis (REDIS_URL, else the one on 6379 of
 // loopback).
@@ -71,7 +61,7 @@ func newRedis(t testing.TB) (store.Store, *goredis.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
-		needServer(t, fmt.Errorf("redis at %s: %w", opt.Addr, err))
+		proctest.Unavailable(t, "no Redis at %s (set REDIS_URL): %v", opt.Addr, err)
 	}
 	st, err := redisstore.New(c, redisstore.WithCallTimeout(5*time.Second))
 	if err != nil {
@@ -104,7 +94,7 @@ func newPostgres(t testing.TB) *pgEnv {
 		err = pool.Ping(ctx)
 	}
 	if err != nil {
-		needServer(t, fmt.Errorf("postgres: %w", err))
+		proctest.Unavailable(t, "no PostgreSQL at DATABASE_URL or on 5432 of loopback: %v", err)
 	}
 	t.Cleanup(pool.Close)
 	var b [6]byte
