@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/idemkey/idemkey/idemgrpc"
 	"github.com/idemkey/idemkey/idemgrpc/internal/testpb"
 	"github.com/idemkey/idemkey/internal/pgtest"
 	"github.com/idemkey/idemkey/internal/proctest"
@@ -172,7 +171,7 @@ func TestOneKeyConcurrently(t *testing.T) {
 				table = tableOf(t, st)
 			}
 			svc := &payments{}
-			svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+			svc.Fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
 				r := req.(*testpb.CreatePaymentRequest)
 				time.Sleep(50 * time.Millisecond)
 				if table != "" {
@@ -180,7 +179,7 @@ func TestOneKeyConcurrently(t *testing.T) {
 						return nil, status.Error(codes.Internal, err.Error())
 					}
 				}
-				return &testpb.Payment{Id: "pay_once", Amount: r.GetAmount(), Run: svc.runs.Load()}, nil
+				return &testpb.Payment{Id: "pay_once", Amount: r.GetAmount(), Run: svc.Runs.Load()}, nil
 			}
 			c := dialTCP(t, serveTCP(t, newServer(t, st), svc))
 			ctx := timeout(t, 30*time.Second)
@@ -203,7 +202,7 @@ func TestOneKeyConcurrently(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			if n := svc.runs.Load(); n != 1 {
+			if n := svc.Runs.Load(); n != 1 {
 				t.Fatalf("handler ran %d times for one key", n)
 			}
 			if ok.Load() < 1 || other.Load() != 0 {
@@ -238,15 +237,6 @@ func tableOf(t testing.TB, st store.Store) string {
 	return v.(string)
 }
 
-// serveTCP serves svc through srv on a loopback port and returns its
-// address.
-func serveTCP(t testing.TB, srv *idemgrpc.Server, svc testpb.PaymentsServer) string {
-	t.Helper()
-	lis := tcpListen(t)
-	serveOn(t, lis, srv, svc)
-	return lis.Addr().String()
-}
-
 // TestPostgresTransaction: on PostgreSQL the handler writes through
 // postgres.Tx(ctx), as on HTTP, and its writes commit with the kept
 // answer: a released code or a panic rolls them back (the retry runs
@@ -257,7 +247,7 @@ func TestPostgresTransaction(t *testing.T) {
 	e := newPostgres(t)
 	svc := &payments{}
 	var fail atomic.Value // of func(run int64) error, nil for none
-	svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+	svc.Fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
 		r := req.(*testpb.CreatePaymentRequest)
 		k := r.GetRequestId()
 		if k == "" {
@@ -271,7 +261,7 @@ func TestPostgresTransaction(t *testing.T) {
 				return nil, err
 			}
 		}
-		return &testpb.Payment{Id: "pay_" + k, Run: svc.runs.Load()}, nil
+		return &testpb.Payment{Id: "pay_" + k, Run: svc.Runs.Load()}, nil
 	}
 	c := dialTCP(t, serveTCP(t, newServer(t, e.st), svc))
 	ctx := timeout(t, 30*time.Second)
@@ -326,11 +316,11 @@ func TestPostgresTransaction(t *testing.T) {
 
 	// No key, optional method: a transaction of its own, committed.
 	setFail(func() error { return nil })
-	before := svc.runs.Load()
+	before := svc.Runs.Load()
 	if _, err := c.CreatePayment(ctx, &testpb.CreatePaymentRequest{Amount: 1, Currency: "eur"}); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.rows(t, "keyless-eur"); n != 1 || svc.runs.Load() != before+1 {
+	if n := e.rows(t, "keyless-eur"); n != 1 || svc.Runs.Load() != before+1 {
 		t.Errorf("keyless: %d rows, want 1", n)
 	}
 }
@@ -342,7 +332,7 @@ func TestPostgresTransaction(t *testing.T) {
 func TestPostgresHandlerEndsTransaction(t *testing.T) {
 	e := newPostgres(t)
 	svc := &payments{}
-	svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+	svc.Fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
 		r := req.(*testpb.CreatePaymentRequest)
 		if err := pay(ctx, e.payments, r.GetRequestId(), 1); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
@@ -350,7 +340,7 @@ func TestPostgresHandlerEndsTransaction(t *testing.T) {
 		if _, err := postgres.Tx(ctx).Exec(ctx, "COMMIT"); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
-		return &testpb.Payment{Id: "pay", Run: svc.runs.Load()}, nil
+		return &testpb.Payment{Id: "pay", Run: svc.Runs.Load()}, nil
 	}
 	c := dialTCP(t, serveTCP(t, newServer(t, e.st), svc))
 	ctx := timeout(t, 30*time.Second)
@@ -361,7 +351,7 @@ func TestPostgresHandlerEndsTransaction(t *testing.T) {
 			t.Fatalf("%v %v", p, err)
 		}
 	}
-	if n, rows := svc.runs.Load(), e.rows(t, k); n != 1 || rows != 1 {
+	if n, rows := svc.Runs.Load(), e.rows(t, k); n != 1 || rows != 1 {
 		t.Fatalf("%d runs, %d payments for one key", n, rows)
 	}
 }
@@ -381,7 +371,7 @@ func TestPostgresSQLTx(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	svc := &payments{}
 	var fail atomic.Bool
-	svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+	svc.Fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
 		r := req.(*testpb.CreatePaymentRequest)
 		tx := postgres.SQLTx(ctx)
 		if tx == nil {
@@ -393,7 +383,7 @@ func TestPostgresSQLTx(t *testing.T) {
 		if fail.Load() {
 			return nil, status.Error(codes.Unavailable, "bank down")
 		}
-		return &testpb.Payment{Id: "pay", Run: svc.runs.Load()}, nil
+		return &testpb.Payment{Id: "pay", Run: svc.Runs.Load()}, nil
 	}
 	c := dialTCP(t, serveTCP(t, newServer(t, st), svc))
 	ctx := timeout(t, 30*time.Second)
@@ -408,7 +398,7 @@ func TestPostgresSQLTx(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n, rows := svc.runs.Load(), e.rows(t, k); n != 2 || rows != 1 {
+	if n, rows := svc.Runs.Load(), e.rows(t, k); n != 2 || rows != 1 {
 		t.Fatalf("%d runs, %d payments, want 2 runs (one released) and 1 payment", n, rows)
 	}
 }
@@ -432,13 +422,13 @@ func TestOneKeyBehindPgBouncer(t *testing.T) {
 	t.Cleanup(pool.Close)
 	st := e.open(t, pool)
 	svc := &payments{}
-	svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+	svc.Fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
 		r := req.(*testpb.CreatePaymentRequest)
 		if err := pay(ctx, e.payments, r.GetRequestId(), r.GetAmount()); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 		time.Sleep(50 * time.Millisecond)
-		return &testpb.Payment{Id: "pay_once", Run: svc.runs.Load()}, nil
+		return &testpb.Payment{Id: "pay_once", Run: svc.Runs.Load()}, nil
 	}
 	c := dialTCP(t, serveTCP(t, newServer(t, st), svc))
 	ctx := timeout(t, 60*time.Second)
@@ -459,7 +449,7 @@ func TestOneKeyBehindPgBouncer(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n, rows := svc.runs.Load(), e.rows(t, key); n != 1 || rows != 1 || ok.Load() < 1 {
+	if n, rows := svc.Runs.Load(), e.rows(t, key); n != 1 || rows != 1 || ok.Load() < 1 {
 		t.Fatalf("%d runs, %d payments, %d OK for one key behind PgBouncer", n, rows, ok.Load())
 	}
 }
