@@ -1,6 +1,6 @@
 //go:build linux
 
-package idemgrpc_test
+package test
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package idemgrpc_test
+package test
 
 import (
 	"context"
