@@ -113,7 +113,6 @@ func newPostgres(t testing.TB) *pgEnv {
 			"; DROP FUNCTION IF EXISTS "+pgx.Identifier{e.table + "_claim"}.Sanitize())
 	})
 	e.st = e.open(t, pool)
-	tables.Store(e.st, e.payments)
 	return e
 }
 
@@ -150,32 +149,43 @@ func (e *pgEnv) rows(t testing.TB, key string) int {
 
 // TestOneKeyConcurrently: 64 concurrent calls with one key run the
 // handler once, on every store; the others get ABORTED while it runs, and
-// every call after it gets its answer.
+// every call after it gets its answer. On the SQL stores the handler's
+// write, made in the call's transaction, lands once.
 func TestOneKeyConcurrently(t *testing.T) {
-	stores := map[string]func(t *testing.T) (store.Store, func(t *testing.T, key string) int){
-		"memory": func(t *testing.T) (store.Store, func(*testing.T, string) int) { return newMemory(t), nil },
-		"redis": func(t *testing.T) (store.Store, func(*testing.T, string) int) {
+	// sqlStore is a store, with, on the SQL stores, the handler's write
+	// through the call's transaction and the count of those committed.
+	type sqlStore struct {
+		st   store.Store
+		pay  func(ctx context.Context, key string, amount int64) error
+		rows func(t testing.TB, key string) int
+	}
+	stores := map[string]func(t *testing.T) sqlStore{
+		"memory": func(t *testing.T) sqlStore { return sqlStore{st: newMemory(t)} },
+		"redis": func(t *testing.T) sqlStore {
 			st, _ := newRedis(t)
-			return st, nil
+			return sqlStore{st: st}
 		},
-		"postgres": func(t *testing.T) (store.Store, func(*testing.T, string) int) {
+		"postgres": func(t *testing.T) sqlStore {
 			e := newPostgres(t)
-			return e.st, func(t *testing.T, key string) int { return e.rows(t, key) }
+			return sqlStore{e.st, func(ctx context.Context, key string, amount int64) error {
+				return pay(ctx, e.payments, key, amount)
+			}, e.rows}
+		},
+		"mysql": func(t *testing.T) sqlStore {
+			e := newMySQL(t)
+			return sqlStore{e.st, e.pay, e.rows}
 		},
 	}
 	for name, open := range stores {
 		t.Run(name, func(t *testing.T) {
-			st, rows := open(t)
-			var table string
-			if rows != nil {
-				table = tableOf(t, st)
-			}
+			b := open(t)
+			st, rows := b.st, b.rows
 			svc := &payments{}
 			svc.Fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
 				r := req.(*testpb.CreatePaymentRequest)
 				time.Sleep(50 * time.Millisecond)
-				if table != "" {
-					if err := pay(ctx, table, r.GetRequestId(), r.GetAmount()); err != nil {
+				if b.pay != nil {
+					if err := b.pay(ctx, r.GetRequestId(), r.GetAmount()); err != nil {
 						return nil, status.Error(codes.Internal, err.Error())
 					}
 				}
@@ -222,19 +232,6 @@ func TestOneKeyConcurrently(t *testing.T) {
 			t.Logf("%d OK, %d ABORTED", ok.Load(), aborted.Load())
 		})
 	}
-}
-
-// tables remembers each PostgreSQL store's payments table, for the
-// handlers of TestOneKeyConcurrently.
-var tables sync.Map // *postgres.Store -> string
-
-func tableOf(t testing.TB, st store.Store) string {
-	t.Helper()
-	v, ok := tables.Load(st)
-	if !ok {
-		t.Fatal("no payments table for the store")
-	}
-	return v.(string)
 }
 
 // TestPostgresTransaction: on PostgreSQL the handler writes through
