@@ -130,7 +130,9 @@ func TestPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close(ctx)
+	// Closed after the schema is dropped (cleanups run last first), not
+	// when the test function returns, before the drop would run.
+	t.Cleanup(func() { admin.Close(context.Background()) })
 	var b [6]byte
 	rand.Read(b[:])
 	schema := "grpcapp_test_" + hex.EncodeToString(b[:])
