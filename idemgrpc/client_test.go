@@ -37,7 +37,7 @@ func (k *keysSeen) handler(svc *payments) func(ctx context.Context, req any) (*t
 		if k.failures.Add(-1) >= 0 {
 			return nil, status.Error(codes.Unavailable, "bank down")
 		}
-		return &testpb.Payment{Id: "pay", Run: svc.runs.Load()}, nil
+		return &testpb.Payment{Id: "pay", Run: svc.Runs.Load()}, nil
 	}
 }
 
@@ -56,20 +56,11 @@ func (k *keysSeen) one(t testing.TB, runs int) string {
 	return k.keys[0]
 }
 
-func newClient(t testing.TB, opts ...idemgrpc.ClientOption) *idemgrpc.Client {
-	t.Helper()
-	c, err := idemgrpc.NewClient(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // TestClientOneKeyAcrossRetries: the interceptor's own retries resend the
 // one key it gave the logical call.
 func TestClientOneKeyAcrossRetries(t *testing.T) {
 	svc, seen := &payments{}, &keysSeen{}
-	svc.fn = seen.handler(svc)
+	svc.Fn = seen.handler(svc)
 	seen.failures.Store(2)
 	cl := newClient(t, idemgrpc.WithBackoff(time.Millisecond, 10*time.Millisecond))
 	c := bufconnClient(t, newServer(t, newMemory(t)), svc, grpc.WithUnaryInterceptor(cl.UnaryClientInterceptor()))
@@ -80,7 +71,7 @@ func TestClientOneKeyAcrossRetries(t *testing.T) {
 	seen.one(t, 3)
 
 	// A second logical call gets a key of its own.
-	svc.runs.Store(0)
+	svc.Runs.Store(0)
 	if _, err := c.Charge(timeout(t, 10*time.Second), &testpb.ChargeRequest{Amount: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +87,7 @@ func TestClientOneKeyAcrossRetries(t *testing.T) {
 // retryPolicy) resend the key the interceptor put into the metadata once.
 func TestClientServiceConfigRetry(t *testing.T) {
 	svc, seen := &payments{}, &keysSeen{}
-	svc.fn = seen.handler(svc)
+	svc.Fn = seen.handler(svc)
 	seen.failures.Store(2)
 	cl := newClient(t, idemgrpc.WithMaxAttempts(1))
 	const config = `{"methodConfig": [{"name": [{"service": "idemgrpc.test.v1.Payments"}],
@@ -117,10 +108,10 @@ func TestClientServiceConfigRetry(t *testing.T) {
 func TestClientWaitsOutInFlight(t *testing.T) {
 	started, finish := make(chan struct{}), make(chan struct{})
 	svc := &payments{}
-	svc.fn = func(context.Context, any) (*testpb.Payment, error) {
+	svc.Fn = func(context.Context, any) (*testpb.Payment, error) {
 		close(started)
 		<-finish
-		return &testpb.Payment{Id: "slow", Run: svc.runs.Load()}, nil
+		return &testpb.Payment{Id: "slow", Run: svc.Runs.Load()}, nil
 	}
 	cl := newClient(t)
 	c := bufconnClient(t, newServer(t, newMemory(t)), svc, grpc.WithUnaryInterceptor(cl.UnaryClientInterceptor()))
@@ -144,7 +135,7 @@ func TestClientWaitsOutInFlight(t *testing.T) {
 	if err != nil || p.GetId() != "slow" || p.GetRun() != 1 || len(h.Get(idemgrpc.MetadataReplayed)) != 1 {
 		t.Fatalf("repeat: %v %v, header %v", p, err, h)
 	}
-	if n := svc.runs.Load(); n != 1 {
+	if n := svc.Runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times", n)
 	}
 }
@@ -154,7 +145,7 @@ func TestClientWaitsOutInFlight(t *testing.T) {
 // key field; no key (and no retry) for a method not covered.
 func TestClientKeys(t *testing.T) {
 	svc, seen := &payments{}, &keysSeen{}
-	svc.fn = seen.handler(svc)
+	svc.Fn = seen.handler(svc)
 	cl := newClient(t, idemgrpc.WithClientMethods(func(m string) bool { return m != mTransfer }))
 	c := bufconnClient(t, newServer(t, newMemory(t)), svc, grpc.WithUnaryInterceptor(cl.UnaryClientInterceptor()))
 	base := timeout(t, 10*time.Second)
@@ -211,11 +202,11 @@ func TestClientKeys(t *testing.T) {
 
 	// Not covered, no key: sent once, not retried.
 	seen.failures.Store(1)
-	before := svc.runs.Load()
+	before := svc.Runs.Load()
 	if _, err := c.Transfer(base, &testpb.TransferRequest{Amount: 1}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("uncovered: %v", err)
 	}
-	if n := svc.runs.Load() - before; n != 1 {
+	if n := svc.Runs.Load() - before; n != 1 {
 		t.Fatalf("a call without a key ran %d times", n)
 	}
 	if _, err := c.Charge(idemgrpc.WithKey(base, "bad\x01key"), &testpb.ChargeRequest{}); err == nil {
@@ -276,8 +267,8 @@ func (p *cutProxy) cut() {
 func TestLostReplyReplayed(t *testing.T) {
 	svc := &payments{}
 	var proxy *cutProxy
-	svc.fn = func(context.Context, any) (*testpb.Payment, error) {
-		n := svc.runs.Load()
+	svc.Fn = func(context.Context, any) (*testpb.Payment, error) {
+		n := svc.Runs.Load()
 		if n == 1 {
 			proxy.cut()
 		}
@@ -294,7 +285,7 @@ func TestLostReplyReplayed(t *testing.T) {
 	if p.GetId() != "pay_lost" || p.GetRun() != 1 || len(h.Get(idemgrpc.MetadataReplayed)) != 1 {
 		t.Fatalf("after the lost reply: %v, header %v", p, h)
 	}
-	if n := svc.runs.Load(); n != 1 {
+	if n := svc.Runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times", n)
 	}
 }

@@ -28,9 +28,11 @@
 // message as the server decoded it, marshalled deterministically
 // (proto.MarshalOptions{Deterministic: true}), so that clients in
 // different languages that send the same message agree. When the key was
-// read from the message, its field is cleared in a copy before it is
-// marshalled (the handler's request is never changed), so the same
-// request with its key in metadata is the same request.
+// read from the message, its field's records are dropped from the top
+// level of that encoding before it is hashed, which leaves the encoding of
+// the message with the field cleared; the message is neither copied nor
+// changed (the handler gets the request as it came). So the same request
+// with its key in metadata is the same request.
 //
 // # The answers
 //

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idemkey/idemkey/internal/keylife"
+	"github.com/idemkey/idemkey/internal/neverkept"
 	"github.com/idemkey/idemkey/internal/option"
 	"github.com/idemkey/idemkey/scope"
 )
@@ -305,28 +306,36 @@ func DefaultKeep(c codes.Code) bool {
 	return false
 }
 
-// neverKeptMetadata lists the entries DefaultKeepMetadata refuses: per
-// call values and trace context.
-var neverKeptMetadata = map[string]bool{
-	"date":                  true,
-	"set-cookie":            true,
-	"x-request-id":          true,
-	"traceparent":           true,
-	"tracestate":            true,
-	"baggage":               true,
-	"uber-trace-id":         true,
-	"x-amzn-trace-id":       true,
-	"x-cloud-trace-context": true,
-	"server-timing":         true,
-}
+// neverKeptMetadata lists the entries DefaultKeepMetadata refuses by
+// their whole name, and neverKeptPrefixes by the start of it: the per-call
+// and trace-context headers both front doors refuse (package neverkept).
+var (
+	neverKeptMetadata = func() map[string]bool {
+		m := map[string]bool{}
+		for _, n := range neverkept.Names() {
+			m[n] = true
+		}
+		return m
+	}()
+	neverKeptPrefixes = neverkept.Prefixes()
+)
 
 // DefaultKeepMetadata reports whether a header or trailer entry, by
-// lower-case name, is kept: everything except per-call values and trace
-// context (date, set-cookie, x-request-id, traceparent, tracestate,
-// baggage, B3 and Jaeger, AWS and Google Cloud trace headers,
-// server-timing).
+// lower-case name, is kept: everything except per-call values (date,
+// set-cookie, x-request-id, server-timing) and trace context (traceparent,
+// tracestate, traceresponse, baggage, B3 in both forms, Jaeger's
+// uber-trace-id, AWS X-Ray, Google Cloud, grpc-trace-bin, Sentry): the
+// entries package middleware's DefaultKeepHeader refuses as HTTP headers.
 func DefaultKeepMetadata(name string) bool {
-	return !neverKeptMetadata[name] && !strings.HasPrefix(name, "x-b3-")
+	if neverKeptMetadata[name] {
+		return false
+	}
+	for _, p := range neverKeptPrefixes {
+		if strings.HasPrefix(name, p) {
+			return false
+		}
+	}
+	return true
 }
 
 // reservedMetadata reports the entries that are never kept: gRPC's own

@@ -17,6 +17,7 @@ import (
 	"github.com/idemkey/idemkey"
 	"github.com/idemkey/idemkey/idemgrpc"
 	"github.com/idemkey/idemkey/idemgrpc/internal/testpb"
+	"github.com/idemkey/idemkey/internal/neverkept"
 	"github.com/idemkey/idemkey/scope"
 	"github.com/idemkey/idemkey/store"
 )
@@ -27,10 +28,10 @@ import (
 // (x-request-id, traces) are not replayed.
 func TestReplayKeepsMessageAndMetadata(t *testing.T) {
 	svc := &payments{}
-	svc.fn = func(ctx context.Context, _ any) (*testpb.Payment, error) {
+	svc.Fn = func(ctx context.Context, _ any) (*testpb.Payment, error) {
 		grpc.SetHeader(ctx, metadata.Pairs("x-payment", "first", "x-request-id", "req-1", "traceparent", "00-1-2-01", "x-sig-bin", "\x00\xff"))
 		grpc.SetTrailer(ctx, metadata.Pairs("x-ledger", "posted"))
-		return &testpb.Payment{Id: "pay_1", Amount: 10, Run: svc.runs.Load()}, nil
+		return &testpb.Payment{Id: "pay_1", Amount: 10, Run: svc.Runs.Load()}, nil
 	}
 	c := bufconnClient(t, newServer(t, newMemory(t)), svc)
 	ctx := timeout(t, 10*time.Second)
@@ -52,7 +53,7 @@ func TestReplayKeepsMessageAndMetadata(t *testing.T) {
 	if !proto.Equal(first, again) {
 		t.Errorf("replay %v, want %v", again, first)
 	}
-	if n := svc.runs.Load(); n != 1 {
+	if n := svc.Runs.Load(); n != 1 {
 		t.Errorf("handler ran %d times, want 1", n)
 	}
 	if got := h2.Get(idemgrpc.MetadataReplayed); len(got) != 1 || got[0] != "true" {
@@ -74,6 +75,31 @@ func TestReplayKeepsMessageAndMetadata(t *testing.T) {
 	}
 }
 
+// TestDefaultKeepMetadataRefusesTraceHeaders: every per-call and trace
+// entry DefaultKeepMetadata's doc names is refused, the single-header B3
+// form (b3) among them, and so is every header of package neverkept, which
+// package middleware's DefaultKeepHeader refuses as HTTP headers; entries
+// that merely resemble one are kept.
+func TestDefaultKeepMetadataRefusesTraceHeaders(t *testing.T) {
+	refused := []string{"date", "set-cookie", "x-request-id", "server-timing",
+		"traceparent", "tracestate", "traceresponse", "baggage", "b3", "x-b3-traceid", "x-b3-sampled", "uber-trace-id",
+		"x-amzn-trace-id", "x-cloud-trace-context", "grpc-trace-bin", "sentry-trace"}
+	refused = append(refused, neverkept.Names()...)
+	for _, p := range neverkept.Prefixes() {
+		refused = append(refused, p+"anything")
+	}
+	for _, name := range refused {
+		if idemgrpc.DefaultKeepMetadata(name) {
+			t.Errorf("%s is kept", name)
+		}
+	}
+	for _, name := range []string{"x-payment", "location", "etag", "b3-custom", "sentry-release", "grpc-trace"} {
+		if !idemgrpc.DefaultKeepMetadata(name) {
+			t.Errorf("%s is refused", name)
+		}
+	}
+}
+
 // TestKeptAndReleasedCodes: the caller's errors are kept and replayed
 // with their code, message and details; transient and server errors
 // release the key, so the retry runs again.
@@ -84,7 +110,7 @@ func TestKeptAndReleasedCodes(t *testing.T) {
 		codes.ResourceExhausted, codes.Aborted, codes.Canceled}
 	var code codes.Code
 	svc := &payments{}
-	svc.fn = func(context.Context, any) (*testpb.Payment, error) {
+	svc.Fn = func(context.Context, any) (*testpb.Payment, error) {
 		st, _ := status.New(code, "amount over the limit").WithDetails(&errdetails.BadRequest{
 			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "amount", Description: "too large"}}})
 		return nil, st.Err()
@@ -93,7 +119,7 @@ func TestKeptAndReleasedCodes(t *testing.T) {
 	ctx := timeout(t, 20*time.Second)
 	for _, tc := range append(kept, released...) {
 		code = tc
-		svc.runs.Store(0)
+		svc.Runs.Store(0)
 		req := &testpb.CreatePaymentRequest{RequestId: newKey(), Amount: 5}
 		_, err1 := c.CreatePayment(ctx, req)
 		var h metadata.MD
@@ -104,7 +130,7 @@ func TestKeptAndReleasedCodes(t *testing.T) {
 			continue
 		}
 		if idemgrpc.DefaultKeep(tc) {
-			if n := svc.runs.Load(); n != 1 {
+			if n := svc.Runs.Load(); n != 1 {
 				t.Errorf("%v is kept, yet the handler ran %d times", tc, n)
 			}
 			if !proto.Equal(s1.Proto(), s2.Proto()) {
@@ -113,7 +139,7 @@ func TestKeptAndReleasedCodes(t *testing.T) {
 			if len(h.Get(idemgrpc.MetadataReplayed)) != 1 {
 				t.Errorf("%v: replay without %s", tc, idemgrpc.MetadataReplayed)
 			}
-		} else if n := svc.runs.Load(); n != 2 {
+		} else if n := svc.Runs.Load(); n != 2 {
 			t.Errorf("%v is released, yet the handler ran %d times", tc, n)
 		}
 	}
@@ -133,8 +159,8 @@ func TestKeptAndReleasedCodes(t *testing.T) {
 // goes on to the recovery interceptor outside; the retry runs again.
 func TestPanicReleasesAndRepanics(t *testing.T) {
 	svc := &payments{}
-	svc.fn = func(context.Context, any) (*testpb.Payment, error) {
-		if svc.runs.Load() == 1 {
+	svc.Fn = func(context.Context, any) (*testpb.Payment, error) {
+		if svc.Runs.Load() == 1 {
 			panic("boom")
 		}
 		return &testpb.Payment{Id: "ok"}, nil
@@ -147,8 +173,8 @@ func TestPanicReleasesAndRepanics(t *testing.T) {
 		t.Fatalf("panicking call: %v, want the recovery interceptor's INTERNAL", err)
 	}
 	p, err := c.CreatePayment(ctx, req)
-	if err != nil || p.GetId() != "ok" || svc.runs.Load() != 2 {
-		t.Fatalf("retry after a panic: %v %v, runs %d", p, err, svc.runs.Load())
+	if err != nil || p.GetId() != "ok" || svc.Runs.Load() != 2 {
+		t.Fatalf("retry after a panic: %v %v, runs %d", p, err, svc.Runs.Load())
 	}
 }
 
@@ -159,7 +185,7 @@ func TestPanicReleasesAndRepanics(t *testing.T) {
 func TestInFlightAndReused(t *testing.T) {
 	started, finish := make(chan struct{}), make(chan struct{})
 	svc := &payments{}
-	svc.fn = func(context.Context, any) (*testpb.Payment, error) {
+	svc.Fn = func(context.Context, any) (*testpb.Payment, error) {
 		close(started)
 		<-finish
 		return &testpb.Payment{Id: "slow"}, nil
@@ -197,7 +223,7 @@ func TestInFlightAndReused(t *testing.T) {
 	if _, err := c.CreatePayment(ctx, other); status.Code(err) != codes.FailedPrecondition || reasonOf(err) != idemgrpc.ReasonKeyReused {
 		t.Errorf("reused once kept: %v", err)
 	}
-	if n := svc.runs.Load(); n != 1 {
+	if n := svc.Runs.Load(); n != 1 {
 		t.Errorf("handler ran %d times", n)
 	}
 }
@@ -234,7 +260,7 @@ func TestKeyMissingInvalidAndModes(t *testing.T) {
 			t.Errorf("%s: %v, want INVALID_ARGUMENT %s", tc.name, err, tc.reason)
 		}
 	}
-	if n := svc.runs.Load(); n != 0 {
+	if n := svc.Runs.Load(); n != 0 {
 		t.Errorf("handler ran %d times for refused calls", n)
 	}
 	if n := len(claims.claims); n != 0 {
@@ -254,7 +280,7 @@ func TestKeyMissingInvalidAndModes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := svc.runs.Load(); n != 4 {
+	if n := svc.Runs.Load(); n != 4 {
 		t.Errorf("optional and off methods ran %d times, want 4", n)
 	}
 	if n := len(claims.claims); n != 0 {
@@ -277,7 +303,7 @@ func TestStoreDown(t *testing.T) {
 	if status.Code(err) != codes.Unavailable || reasonOf(err) != idemgrpc.ReasonStoreUnavailable {
 		t.Fatalf("store down: %v", err)
 	}
-	if n := svc.runs.Load(); n != 0 {
+	if n := svc.Runs.Load(); n != 0 {
 		t.Fatalf("handler ran %d times with the store down", n)
 	}
 }
@@ -291,12 +317,12 @@ func TestKeyFromFieldOrMetadata(t *testing.T) {
 	svc := &payments{}
 	var seen []string
 	var mu sync.Mutex
-	svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+	svc.Fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
 		k, _ := idemkey.FromContext(ctx)
 		mu.Lock()
 		seen = append(seen, k.Value+"|"+fieldOf(req))
 		mu.Unlock()
-		return &testpb.Payment{Id: "pay", Run: svc.runs.Load()}, nil
+		return &testpb.Payment{Id: "pay", Run: svc.Runs.Load()}, nil
 	}
 	c := bufconnClient(t, newServer(t, newMemory(t)), svc)
 	ctx := timeout(t, 10*time.Second)
@@ -324,7 +350,7 @@ func TestKeyFromFieldOrMetadata(t *testing.T) {
 	if _, err := c.Transfer(ctx, &testpb.TransferRequest{IdempotencyKey: k2, Amount: 4, To: "bob"}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("another amount under the key: %v", err)
 	}
-	if n := svc.runs.Load(); n != 2 {
+	if n := svc.Runs.Load(); n != 2 {
 		t.Fatalf("handler ran %d times, want 2", n)
 	}
 	want := []string{k1 + "|" + k1, k2 + "|"}
@@ -364,7 +390,7 @@ func TestKeyFunc(t *testing.T) {
 	if _, err := c.Charge(withKey(ctx, k), &testpb.ChargeRequest{Amount: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if n := svc.runs.Load(); n != 1 {
+	if n := svc.Runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times, want 1", n)
 	}
 }
@@ -374,7 +400,7 @@ func TestKeyFunc(t *testing.T) {
 func TestDeadlines(t *testing.T) {
 	var left time.Duration
 	svc := &payments{}
-	svc.fn = func(ctx context.Context, _ any) (*testpb.Payment, error) {
+	svc.Fn = func(ctx context.Context, _ any) (*testpb.Payment, error) {
 		d, _ := ctx.Deadline()
 		left = time.Until(d)
 		return &testpb.Payment{}, nil
@@ -438,7 +464,7 @@ func TestScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	// alice, bob, a principal named "anonymous", and the anonymous caller.
-	if n := svc.runs.Load(); n != 4 {
+	if n := svc.Runs.Load(); n != 4 {
 		t.Fatalf("handler ran %d times, want 4", n)
 	}
 }
@@ -490,7 +516,7 @@ func (e *extending) count() int {
 func TestHeartbeat(t *testing.T) {
 	ext := &extending{Store: newMemory(t)}
 	svc := &payments{}
-	svc.fn = func(context.Context, any) (*testpb.Payment, error) {
+	svc.Fn = func(context.Context, any) (*testpb.Payment, error) {
 		time.Sleep(3300 * time.Millisecond)
 		return &testpb.Payment{}, nil
 	}
@@ -577,7 +603,7 @@ func TestUnreplayableRecords(t *testing.T) {
 			t.Errorf("record %v: %v, want INTERNAL", rec.Header, err)
 		}
 	}
-	if n := svc.runs.Load(); n != 0 {
+	if n := svc.Runs.Load(); n != 0 {
 		t.Fatalf("handler ran %d times", n)
 	}
 
@@ -591,7 +617,7 @@ func TestUnreplayableRecords(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition || reasonOf(err) != idemgrpc.ReasonResponseOmitted || len(h.Get(idemgrpc.MetadataReplayed)) != 1 {
 		t.Fatalf("repeat of an omitted answer: %v, header %v", err, h)
 	}
-	if n := svc.runs.Load(); n != 1 {
+	if n := svc.Runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times", n)
 	}
 }

@@ -5,44 +5,62 @@ import (
 	"strings"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/neverkept"
 )
 
-// neverKept lists, by canonical name, the headers DefaultKeepHeader refuses:
-// hop-by-hop headers, per-response headers and trace context.
-var neverKept = map[string]bool{
-	"Connection":              true,
-	"Keep-Alive":              true,
-	"Proxy-Authenticate":      true,
-	"Proxy-Authorization":     true,
-	"Proxy-Connection":        true,
-	"Te":                      true,
-	"Trailer":                 true,
-	"Transfer-Encoding":       true,
-	"Upgrade":                 true,
-	"Set-Cookie":              true,
-	"Date":                    true,
-	"Content-Length":          true,
-	"X-Request-Id":            true,
-	"Traceparent":             true,
-	"Tracestate":              true,
-	"Baggage":                 true,
-	"B3":                      true, // B3's single-header form, b3
-	"Uber-Trace-Id":           true,
-	"X-Amzn-Trace-Id":         true,
-	"X-Cloud-Trace-Context":   true,
-	"Server-Timing":           true,
-	idemkey.HeaderReplayed:    true,
-	idemkey.HeaderBodyOmitted: true,
-}
+// neverKept lists, by canonical name, the headers DefaultKeepHeader refuses
+// by their whole name: hop-by-hop headers, Content-Length, idemkey's own,
+// and the per-call and trace-context headers both front doors refuse
+// (package neverkept).
+var neverKept = func() map[string]bool {
+	m := map[string]bool{
+		"Connection":              true,
+		"Keep-Alive":              true,
+		"Proxy-Authenticate":      true,
+		"Proxy-Authorization":     true,
+		"Proxy-Connection":        true,
+		"Te":                      true,
+		"Trailer":                 true,
+		"Transfer-Encoding":       true,
+		"Upgrade":                 true,
+		"Content-Length":          true,
+		idemkey.HeaderReplayed:    true,
+		idemkey.HeaderBodyOmitted: true,
+	}
+	for _, n := range neverkept.Names() {
+		m[http.CanonicalHeaderKey(n)] = true
+	}
+	return m
+}()
+
+// neverKeptPrefixes are package neverkept's prefixes in canonical form
+// (X-B3-), and the trailer values' (Trailer:).
+var neverKeptPrefixes = func() []string {
+	var ps []string
+	for _, p := range neverkept.Prefixes() {
+		ps = append(ps, http.CanonicalHeaderKey(p))
+	}
+	return append(ps, http.TrailerPrefix)
+}()
 
 // DefaultKeepHeader reports whether a response header, by canonical name, is
 // kept and replayed. It refuses hop-by-hop headers, Set-Cookie, Date,
-// Content-Length (recomputed on replay), X-Request-Id, trace context
-// (traceparent, tracestate, baggage, B3, Jaeger, AWS, Google Cloud),
-// Server-Timing, trailer values and idemkey's own headers; it keeps
-// everything else.
+// Content-Length (recomputed on replay), X-Request-Id, Server-Timing, trace
+// context (traceparent, tracestate, traceresponse, baggage, B3 in both
+// forms, Jaeger's uber-trace-id, AWS X-Ray, Google Cloud, gRPC's
+// grpc-trace-bin, Sentry), trailer values and idemkey's own headers; it
+// keeps everything else. idemgrpc's DefaultKeepMetadata refuses the same
+// per-call and trace-context entries.
 func DefaultKeepHeader(name string) bool {
-	return !neverKept[name] && !strings.HasPrefix(name, "X-B3-") && !strings.HasPrefix(name, http.TrailerPrefix)
+	if neverKept[name] {
+		return false
+	}
+	for _, p := range neverKeptPrefixes {
+		if strings.HasPrefix(name, p) {
+			return false
+		}
+	}
+	return true
 }
 
 // keptHeader returns the headers of h that keep accepts, leaving out any

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemkey/idemkey"
+	"github.com/idemkey/idemkey/internal/neverkept"
 )
 
 // keptHeader keeps what keep accepts and the Connection header does not
@@ -49,15 +50,24 @@ func TestHeaderValueNamesAreCanonical(t *testing.T) {
 	}
 }
 
-// Every trace header DefaultKeepHeader's doc names is refused, the
-// single-header B3 form ("b3") among them, and ordinary headers are kept.
+// Every per-call and trace header DefaultKeepHeader's doc names is
+// refused, the single-header B3 form (b3) among them, and so is every
+// header of package neverkept, which idemgrpc's DefaultKeepMetadata
+// refuses as metadata; headers that merely resemble one are kept.
 func TestDefaultKeepHeaderRefusesTraceHeaders(t *testing.T) {
-	for _, name := range []string{"traceparent", "tracestate", "baggage", "b3", "x-b3-traceid", "x-b3-sampled", "uber-trace-id", "x-amzn-trace-id", "x-cloud-trace-context"} {
+	refused := []string{"date", "set-cookie", "x-request-id", "server-timing",
+		"traceparent", "tracestate", "traceresponse", "baggage", "b3", "x-b3-traceid", "x-b3-sampled", "uber-trace-id",
+		"x-amzn-trace-id", "x-cloud-trace-context", "grpc-trace-bin", "sentry-trace"}
+	refused = append(refused, neverkept.Names()...)
+	for _, p := range neverkept.Prefixes() {
+		refused = append(refused, p+"anything")
+	}
+	for _, name := range refused {
 		if DefaultKeepHeader(http.CanonicalHeaderKey(name)) {
 			t.Errorf("%s is kept", name)
 		}
 	}
-	for _, name := range []string{"Content-Type", "Location", "Etag", "B3-Custom"} {
+	for _, name := range []string{"Content-Type", "Location", "Etag", "B3-Custom", "Sentry-Release", "Grpc-Trace"} {
 		if !DefaultKeepHeader(name) {
 			t.Errorf("%s is refused", name)
 		}

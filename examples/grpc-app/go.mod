@@ -3,10 +3,12 @@ module github.com/idemkey/idemkey/examples/grpc-app
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-20261201232013-9f037d49e3ef
-	github.com/idemkey/idemkey/idemgrpc v0.0.0-20261201232013-9f037d49e3ef
-	github.com/idemkey/idemkey/store/postgres v0.0.0-20261201232013-9f037d49e3ef
-	github.com/idemkey/idemkey/store/redis v0.0.0-20261201232013-9f037d49e3ef
+	github.com/go-sql-driver/mysql v1.10.1
+	github.com/idemkey/idemkey v0.0.0-20261203172029-ad66ff1570c7
+	github.com/idemkey/idemkey/idemgrpc v0.0.0-20261203172029-ad66ff1570c7
+	github.com/idemkey/idemkey/store/mysql v0.0.0-20261203172029-ad66ff1570c7
+	github.com/idemkey/idemkey/store/postgres v0.0.0-20261203172029-ad66ff1570c7
+	github.com/idemkey/idemkey/store/redis v0.0.0-20261203172029-ad66ff1570c7
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	google.golang.org/grpc v1.85.0
@@ -14,6 +16,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
@@ -30,6 +33,7 @@ require (
 replace (
 	github.com/idemkey/idemkey => ../..
 	github.com/idemkey/idemkey/idemgrpc => ../../idemgrpc
+	github.com/idemkey/idemkey/store/mysql => ../../store/mysql
 	github.com/idemkey/idemkey/store/postgres => ../../store/postgres
 	github.com/idemkey/idemkey/store/redis => ../../store/redis
 )

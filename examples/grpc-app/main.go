@@ -6,9 +6,10 @@
 //	grpcurl -plaintext -d '{"request_id":"k1","amount":10,"currency":"EUR"}' 127.0.0.1:9090 payments.v1.Payments/CreatePayment
 //
 // Without REDIS_URL or DATABASE_URL it keeps its keys in memory; with
-// DATABASE_URL (postgres://) its payments and their kept answers commit
-// together in PostgreSQL, in the tables the HTTP examples use, so the two
-// front doors share one store. See README.md beside this file.
+// DATABASE_URL (postgres://, or mysql:// for MySQL and MariaDB) its
+// payments and their kept answers commit together in that database, in the
+// tables the HTTP examples use, so the two front doors share one store.
+// See README.md beside this file.
 package main
 
 import (
@@ -237,8 +238,8 @@ func (m *memoryBook) all(context.Context) ([]*paymentspb.Payment, error) {
 	return append([]*paymentspb.Payment{}, m.ps...), nil
 }
 
-// paymentsSchema is the payments table of the HTTP examples, created at
-// start when it is missing.
+// paymentsSchema is the payments table of the HTTP examples on
+// PostgreSQL, created at start when it is missing.
 const paymentsSchema = `CREATE TABLE IF NOT EXISTS payments (
     id         text PRIMARY KEY,
     amount     bigint NOT NULL CHECK (amount > 0),
@@ -247,8 +248,8 @@ const paymentsSchema = `CREATE TABLE IF NOT EXISTS payments (
     created_at timestamptz NOT NULL DEFAULT clock_timestamp()
 )`
 
-// dbBook is the payments table, written through the call's transaction,
-// which idemgrpc commits with the kept answer.
+// dbBook is the payments table on PostgreSQL, written through the call's
+// transaction, which idemgrpc commits with the kept answer.
 type dbBook struct{ pool *pgxpool.Pool }
 
 func (d dbBook) add(ctx context.Context, p *paymentspb.Payment) error {
@@ -294,17 +295,20 @@ type backend struct {
 	close func()
 }
 
-// openBackend opens PostgreSQL when databaseURL is set, Redis when
-// redisURL is, and otherwise the in-memory store; not both.
+// openBackend opens PostgreSQL, or MySQL or MariaDB, when databaseURL is
+// set (a postgres:// or a mysql:// URL), Redis when redisURL is, and
+// otherwise the in-memory store; not both.
 func openBackend(ctx context.Context, databaseURL, redisURL string, logger *slog.Logger) (*backend, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	switch {
 	case databaseURL != "" && redisURL != "":
 		return nil, errors.New("set DATABASE_URL or REDIS_URL, not both")
+	case strings.HasPrefix(databaseURL, "mysql://"):
+		return openMySQL(ctx, databaseURL)
 	case databaseURL != "":
 		if !strings.HasPrefix(databaseURL, "postgres") {
-			return nil, errors.New("DATABASE_URL: this example speaks PostgreSQL (postgres://) only")
+			return nil, errors.New("DATABASE_URL: this example speaks PostgreSQL (postgres://) and MySQL or MariaDB (mysql://)")
 		}
 		pool, err := pgxpool.New(ctx, databaseURL)
 		if err != nil {

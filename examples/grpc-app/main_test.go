@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/idemkey/idemkey/examples/grpc-app/paymentspb"
 	"github.com/idemkey/idemkey/idemgrpc"
+	"github.com/idemkey/idemkey/store/mysql"
 )
 
 // start runs the service with env on a free port and returns a client of
@@ -56,7 +58,9 @@ func start(t *testing.T, env map[string]string) paymentspb.PaymentsClient {
 
 // session is the README's session: a payment, its retry (replayed), the
 // same key in metadata (replayed), another amount under the key
-// (refused), a call without a key (refused), and one payment listed.
+// (refused), a call without a key (refused), a refused payment and its
+// repeat (the refusal replayed), Bob's payment under the same key name,
+// and one payment listed.
 func session(t *testing.T, c paymentspb.PaymentsClient) {
 	base, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -84,6 +88,20 @@ func session(t *testing.T, c paymentspb.PaymentsClient) {
 	}
 	if _, err := c.CreatePayment(ctx, &paymentspb.CreatePaymentRequest{Amount: 10, Currency: "EUR"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("no key: %v", err)
+	}
+	// The caller's own error is kept: the first call is refused, and its
+	// repeat gets the refusal again, marked as replayed.
+	refused := &paymentspb.CreatePaymentRequest{RequestId: "k-" + rand.Text(), Amount: -1, Currency: "EUR"}
+	var rh metadata.MD
+	_, err = c.CreatePayment(ctx, refused, grpc.Header(&rh))
+	if status.Code(err) != codes.InvalidArgument || len(rh.Get(idemgrpc.MetadataReplayed)) != 0 {
+		t.Fatalf("a refused payment: %v, header %v", err, rh)
+	}
+	first4xx := status.Convert(err).Message()
+	rh = nil
+	_, err = c.CreatePayment(ctx, refused, grpc.Header(&rh))
+	if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != first4xx || len(rh.Get(idemgrpc.MetadataReplayed)) != 1 {
+		t.Fatalf("its repeat: %v, header %v", err, rh)
 	}
 	// Bob's key of the same name is his own: his payment is another.
 	bob := metadata.AppendToOutgoingContext(base, "authorization", "Bearer bob")
@@ -130,7 +148,9 @@ func TestPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close(ctx)
+	// Closed after the schema is dropped (cleanups run last first), not
+	// when the test function returns, before the drop would run.
+	t.Cleanup(func() { admin.Close(context.Background()) })
 	var b [6]byte
 	rand.Read(b[:])
 	schema := "grpcapp_test_" + hex.EncodeToString(b[:])
@@ -146,4 +166,42 @@ func TestPostgres(t *testing.T) {
 	q.Set("search_path", schema)
 	pu.RawQuery = q.Encode()
 	session(t, start(t, map[string]string{"DATABASE_URL": pu.String()}))
+}
+
+// TestMySQL runs the session on MYSQL_URL (a mysql:// URL, as DATABASE_URL
+// takes it), in a database of the test's own.
+func TestMySQL(t *testing.T) {
+	u := os.Getenv("MYSQL_URL")
+	if u == "" {
+		t.Skip("MYSQL_URL not set")
+	}
+	dsn, err := mysql.DSN(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closed after the database is dropped (cleanups run last first).
+	t.Cleanup(func() { admin.Close() })
+	var b [6]byte
+	rand.Read(b[:])
+	name := "grpcapp_test_" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name)
+	})
+	mu, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Path = "/" + name
+	session(t, start(t, map[string]string{"DATABASE_URL": mu.String()}))
 }

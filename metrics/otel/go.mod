@@ -3,7 +3,7 @@ module github.com/idemkey/idemkey/metrics/otel
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-20261201232013-9f037d49e3ef
+	github.com/idemkey/idemkey v0.0.0-20261203172029-ad66ff1570c7
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0

@@ -3,7 +3,7 @@ module github.com/idemkey/idemkey/store/postgres
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-20261201232013-9f037d49e3ef
+	github.com/idemkey/idemkey v0.0.0-20261203172029-ad66ff1570c7
 	github.com/jackc/pgx/v5 v5.12.0
 )
 

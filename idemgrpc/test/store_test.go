@@ -1,11 +1,10 @@
-package idemgrpc_test
+package test
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -19,23 +18,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/idemkey/idemkey/idemgrpc"
 	"github.com/idemkey/idemkey/idemgrpc/internal/testpb"
 	"github.com/idemkey/idemkey/internal/pgtest"
+	"github.com/idemkey/idemkey/internal/proctest"
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/postgres"
 	redisstore "github.com/idemkey/idemkey/store/redis"
 )
-
-// needServer fails the test when CI is set, else skips it: a server the
-// test needs does not answer.
-func needServer(t testing.TB, err error) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatal(err)
-	}
-	t.Skip(err)
-}
 
 // redisURL is the shared Redis (REDIS_URL, else the one on 6379 of
 // loopback).
@@ -71,7 +60,7 @@ func newRedis(t testing.TB) (store.Store, *goredis.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
-		needServer(t, fmt.Errorf("redis at %s: %w", opt.Addr, err))
+		proctest.Unavailable(t, "no Redis at %s (set REDIS_URL): %v", opt.Addr, err)
 	}
 	st, err := redisstore.New(c, redisstore.WithCallTimeout(5*time.Second))
 	if err != nil {
@@ -104,7 +93,7 @@ func newPostgres(t testing.TB) *pgEnv {
 		err = pool.Ping(ctx)
 	}
 	if err != nil {
-		needServer(t, fmt.Errorf("postgres: %w", err))
+		proctest.Unavailable(t, "no PostgreSQL at DATABASE_URL or on 5432 of loopback: %v", err)
 	}
 	t.Cleanup(pool.Close)
 	var b [6]byte
@@ -124,7 +113,6 @@ func newPostgres(t testing.TB) *pgEnv {
 			"; DROP FUNCTION IF EXISTS "+pgx.Identifier{e.table + "_claim"}.Sanitize())
 	})
 	e.st = e.open(t, pool)
-	tables.Store(e.st, e.payments)
 	return e
 }
 
@@ -161,36 +149,47 @@ func (e *pgEnv) rows(t testing.TB, key string) int {
 
 // TestOneKeyConcurrently: 64 concurrent calls with one key run the
 // handler once, on every store; the others get ABORTED while it runs, and
-// every call after it gets its answer.
+// every call after it gets its answer. On the SQL stores the handler's
+// write, made in the call's transaction, lands once.
 func TestOneKeyConcurrently(t *testing.T) {
-	stores := map[string]func(t *testing.T) (store.Store, func(t *testing.T, key string) int){
-		"memory": func(t *testing.T) (store.Store, func(*testing.T, string) int) { return newMemory(t), nil },
-		"redis": func(t *testing.T) (store.Store, func(*testing.T, string) int) {
+	// sqlStore is a store, with, on the SQL stores, the handler's write
+	// through the call's transaction and the count of those committed.
+	type sqlStore struct {
+		st   store.Store
+		pay  func(ctx context.Context, key string, amount int64) error
+		rows func(t testing.TB, key string) int
+	}
+	stores := map[string]func(t *testing.T) sqlStore{
+		"memory": func(t *testing.T) sqlStore { return sqlStore{st: newMemory(t)} },
+		"redis": func(t *testing.T) sqlStore {
 			st, _ := newRedis(t)
-			return st, nil
+			return sqlStore{st: st}
 		},
-		"postgres": func(t *testing.T) (store.Store, func(*testing.T, string) int) {
+		"postgres": func(t *testing.T) sqlStore {
 			e := newPostgres(t)
-			return e.st, func(t *testing.T, key string) int { return e.rows(t, key) }
+			return sqlStore{e.st, func(ctx context.Context, key string, amount int64) error {
+				return pay(ctx, e.payments, key, amount)
+			}, e.rows}
+		},
+		"mysql": func(t *testing.T) sqlStore {
+			e := newMySQL(t)
+			return sqlStore{e.st, e.pay, e.rows}
 		},
 	}
 	for name, open := range stores {
 		t.Run(name, func(t *testing.T) {
-			st, rows := open(t)
-			var table string
-			if rows != nil {
-				table = tableOf(t, st)
-			}
+			b := open(t)
+			st, rows := b.st, b.rows
 			svc := &payments{}
-			svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+			svc.Fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
 				r := req.(*testpb.CreatePaymentRequest)
 				time.Sleep(50 * time.Millisecond)
-				if table != "" {
-					if err := pay(ctx, table, r.GetRequestId(), r.GetAmount()); err != nil {
+				if b.pay != nil {
+					if err := b.pay(ctx, r.GetRequestId(), r.GetAmount()); err != nil {
 						return nil, status.Error(codes.Internal, err.Error())
 					}
 				}
-				return &testpb.Payment{Id: "pay_once", Amount: r.GetAmount(), Run: svc.runs.Load()}, nil
+				return &testpb.Payment{Id: "pay_once", Amount: r.GetAmount(), Run: svc.Runs.Load()}, nil
 			}
 			c := dialTCP(t, serveTCP(t, newServer(t, st), svc))
 			ctx := timeout(t, 30*time.Second)
@@ -213,7 +212,7 @@ func TestOneKeyConcurrently(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			if n := svc.runs.Load(); n != 1 {
+			if n := svc.Runs.Load(); n != 1 {
 				t.Fatalf("handler ran %d times for one key", n)
 			}
 			if ok.Load() < 1 || other.Load() != 0 {
@@ -235,28 +234,6 @@ func TestOneKeyConcurrently(t *testing.T) {
 	}
 }
 
-// tables remembers each PostgreSQL store's payments table, for the
-// handlers of TestOneKeyConcurrently.
-var tables sync.Map // *postgres.Store -> string
-
-func tableOf(t testing.TB, st store.Store) string {
-	t.Helper()
-	v, ok := tables.Load(st)
-	if !ok {
-		t.Fatal("no payments table for the store")
-	}
-	return v.(string)
-}
-
-// serveTCP serves svc through srv on a loopback port and returns its
-// address.
-func serveTCP(t testing.TB, srv *idemgrpc.Server, svc testpb.PaymentsServer) string {
-	t.Helper()
-	lis := tcpListen(t)
-	serveOn(t, lis, srv, svc)
-	return lis.Addr().String()
-}
-
 // TestPostgresTransaction: on PostgreSQL the handler writes through
 // postgres.Tx(ctx), as on HTTP, and its writes commit with the kept
 // answer: a released code or a panic rolls them back (the retry runs
@@ -267,7 +244,7 @@ func TestPostgresTransaction(t *testing.T) {
 	e := newPostgres(t)
 	svc := &payments{}
 	var fail atomic.Value // of func(run int64) error, nil for none
-	svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+	svc.Fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
 		r := req.(*testpb.CreatePaymentRequest)
 		k := r.GetRequestId()
 		if k == "" {
@@ -281,7 +258,7 @@ func TestPostgresTransaction(t *testing.T) {
 				return nil, err
 			}
 		}
-		return &testpb.Payment{Id: "pay_" + k, Run: svc.runs.Load()}, nil
+		return &testpb.Payment{Id: "pay_" + k, Run: svc.Runs.Load()}, nil
 	}
 	c := dialTCP(t, serveTCP(t, newServer(t, e.st), svc))
 	ctx := timeout(t, 30*time.Second)
@@ -336,11 +313,11 @@ func TestPostgresTransaction(t *testing.T) {
 
 	// No key, optional method: a transaction of its own, committed.
 	setFail(func() error { return nil })
-	before := svc.runs.Load()
+	before := svc.Runs.Load()
 	if _, err := c.CreatePayment(ctx, &testpb.CreatePaymentRequest{Amount: 1, Currency: "eur"}); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.rows(t, "keyless-eur"); n != 1 || svc.runs.Load() != before+1 {
+	if n := e.rows(t, "keyless-eur"); n != 1 || svc.Runs.Load() != before+1 {
 		t.Errorf("keyless: %d rows, want 1", n)
 	}
 }
@@ -352,7 +329,7 @@ func TestPostgresTransaction(t *testing.T) {
 func TestPostgresHandlerEndsTransaction(t *testing.T) {
 	e := newPostgres(t)
 	svc := &payments{}
-	svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+	svc.Fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
 		r := req.(*testpb.CreatePaymentRequest)
 		if err := pay(ctx, e.payments, r.GetRequestId(), 1); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
@@ -360,7 +337,7 @@ func TestPostgresHandlerEndsTransaction(t *testing.T) {
 		if _, err := postgres.Tx(ctx).Exec(ctx, "COMMIT"); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
-		return &testpb.Payment{Id: "pay", Run: svc.runs.Load()}, nil
+		return &testpb.Payment{Id: "pay", Run: svc.Runs.Load()}, nil
 	}
 	c := dialTCP(t, serveTCP(t, newServer(t, e.st), svc))
 	ctx := timeout(t, 30*time.Second)
@@ -371,7 +348,7 @@ func TestPostgresHandlerEndsTransaction(t *testing.T) {
 			t.Fatalf("%v %v", p, err)
 		}
 	}
-	if n, rows := svc.runs.Load(), e.rows(t, k); n != 1 || rows != 1 {
+	if n, rows := svc.Runs.Load(), e.rows(t, k); n != 1 || rows != 1 {
 		t.Fatalf("%d runs, %d payments for one key", n, rows)
 	}
 }
@@ -391,7 +368,7 @@ func TestPostgresSQLTx(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	svc := &payments{}
 	var fail atomic.Bool
-	svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+	svc.Fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
 		r := req.(*testpb.CreatePaymentRequest)
 		tx := postgres.SQLTx(ctx)
 		if tx == nil {
@@ -403,7 +380,7 @@ func TestPostgresSQLTx(t *testing.T) {
 		if fail.Load() {
 			return nil, status.Error(codes.Unavailable, "bank down")
 		}
-		return &testpb.Payment{Id: "pay", Run: svc.runs.Load()}, nil
+		return &testpb.Payment{Id: "pay", Run: svc.Runs.Load()}, nil
 	}
 	c := dialTCP(t, serveTCP(t, newServer(t, st), svc))
 	ctx := timeout(t, 30*time.Second)
@@ -418,7 +395,7 @@ func TestPostgresSQLTx(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n, rows := svc.runs.Load(), e.rows(t, k); n != 2 || rows != 1 {
+	if n, rows := svc.Runs.Load(), e.rows(t, k); n != 2 || rows != 1 {
 		t.Fatalf("%d runs, %d payments, want 2 runs (one released) and 1 payment", n, rows)
 	}
 }
@@ -442,13 +419,13 @@ func TestOneKeyBehindPgBouncer(t *testing.T) {
 	t.Cleanup(pool.Close)
 	st := e.open(t, pool)
 	svc := &payments{}
-	svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+	svc.Fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
 		r := req.(*testpb.CreatePaymentRequest)
 		if err := pay(ctx, e.payments, r.GetRequestId(), r.GetAmount()); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 		time.Sleep(50 * time.Millisecond)
-		return &testpb.Payment{Id: "pay_once", Run: svc.runs.Load()}, nil
+		return &testpb.Payment{Id: "pay_once", Run: svc.Runs.Load()}, nil
 	}
 	c := dialTCP(t, serveTCP(t, newServer(t, st), svc))
 	ctx := timeout(t, 60*time.Second)
@@ -469,7 +446,7 @@ func TestOneKeyBehindPgBouncer(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n, rows := svc.runs.Load(), e.rows(t, key); n != 1 || rows != 1 || ok.Load() < 1 {
+	if n, rows := svc.Runs.Load(), e.rows(t, key); n != 1 || rows != 1 || ok.Load() < 1 {
 		t.Fatalf("%d runs, %d payments, %d OK for one key behind PgBouncer", n, rows, ok.Load())
 	}
 }

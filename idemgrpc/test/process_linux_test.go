@@ -1,6 +1,6 @@
 //go:build linux
 
-package idemgrpc_test
+package test
 
 import (
 	"bufio"
@@ -103,7 +103,7 @@ func runChild(kind string) error {
 	say := func(s string) { out.Lock(); fmt.Println(s); out.Unlock() }
 	var runs atomic.Int64
 	svc := &payments{}
-	svc.fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
+	svc.Fn = func(ctx context.Context, req any) (*testpb.Payment, error) {
 		r := req.(*testpb.CreatePaymentRequest)
 		n := runs.Add(1)
 		say("running")

@@ -1,0 +1,44 @@
+// Module test holds idemgrpc's tests on real stores (Redis, PostgreSQL,
+// PgBouncer, MySQL and MariaDB, several server processes): a module of its
+// own, so that the stores and their drivers stay out of idemgrpc's go.mod,
+// and so out of every gRPC user's module graph, and no user's graph has
+// this module.
+module github.com/idemkey/idemkey/idemgrpc/test
+
+go 1.26.0
+
+require (
+	github.com/go-sql-driver/mysql v1.10.1
+	github.com/idemkey/idemkey v0.0.0-20261203172029-ad66ff1570c7
+	github.com/idemkey/idemkey/idemgrpc v0.0.0-20261203172029-ad66ff1570c7
+	github.com/idemkey/idemkey/store/mysql v0.0.0-20261203172029-ad66ff1570c7
+	github.com/idemkey/idemkey/store/postgres v0.0.0-20261203172029-ad66ff1570c7
+	github.com/idemkey/idemkey/store/redis v0.0.0-20261203172029-ad66ff1570c7
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/redis/go-redis/v9 v9.23.0
+	google.golang.org/grpc v1.85.0
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+// Until the modules are tagged, build against the ones in this repository.
+replace (
+	github.com/idemkey/idemkey => ../..
+	github.com/idemkey/idemkey/idemgrpc => ..
+	github.com/idemkey/idemkey/store/mysql => ../../store/mysql
+	github.com/idemkey/idemkey/store/postgres => ../../store/postgres
+	github.com/idemkey/idemkey/store/redis => ../../store/redis
+)
