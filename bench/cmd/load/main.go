@@ -350,8 +350,11 @@ type cellAgg struct {
 	sent      map[string]int64 // Redis commands the server process sent
 	pgTrips   int64            // PostgreSQL round trips the server process made
 	pgCPU     time.Duration    // the PostgreSQL cluster's CPU time
-	errors    int64
-	firstErr  error
+	// mem is what the server process allocated and its collector spent
+	// (Live: the live heap after the cell's last round).
+	mem      memStats
+	errors   int64
+	firstErr error
 }
 
 func (a *cellAgg) sentTotal() int64 {
@@ -371,6 +374,10 @@ func (a *cellAgg) add(o *cellAgg) {
 	a.redis.add(o.redis)
 	a.pgTrips += o.pgTrips
 	a.pgCPU += o.pgCPU
+	a.mem.Objects += o.mem.Objects
+	a.mem.Bytes += o.mem.Bytes
+	a.mem.GCSeconds += o.mem.GCSeconds
+	a.mem.Live = o.mem.Live
 	if a.sent == nil {
 		a.sent = map[string]int64{}
 	}
@@ -445,7 +452,9 @@ func (r *runner) cell(sc string, conns int, ph phase, tag string, d time.Duratio
 	c := &cellAgg{requests: res.requests, elapsed: res.elapsed, hist: res.hist,
 		serverCPU: time.Duration(s1.CPUNs - s0.CPUNs), runs: s1.Runs - s0.Runs,
 		errors: res.errors, firstErr: res.firstErr, sent: map[string]int64{},
-		pgTrips: s1.PGTrips - s0.PGTrips}
+		pgTrips: s1.PGTrips - s0.PGTrips,
+		mem: memStats{Objects: s1.Memory.Objects - s0.Memory.Objects, Bytes: s1.Memory.Bytes - s0.Memory.Bytes,
+			GCSeconds: s1.Memory.GCSeconds - s0.Memory.GCSeconds, Live: s1.Memory.Live}}
 	switch {
 	case usesMySQL(sc):
 		my1, err := r.my.trips()
@@ -710,7 +719,25 @@ func reportRedis(w io.Writer, scs []string, connsList []int, phases []phase, res
 			fmt.Fprintf(w, "  %-9s %-20s sent: %s; run: %s\n", ph, sc, perRequest(c, c.sent), perRequest(c, c.redis.calls))
 		}
 	}
+	printMemory(w, scs, connsList, phases, results)
 	return failed, targets(w, scs, connsList, phases, results)
+}
+
+// printMemory prints, for every cell, what the server process allocated
+// per request and what its collector spent, and its live heap after the
+// cell: the cost of memory under load, which an in-process benchmark of
+// one request does not show.
+func printMemory(w io.Writer, scs []string, connsList []int, phases []phase, results map[cellKey]*cellAgg) {
+	fmt.Fprintln(w, "\nServer memory per request (heap allocations and bytes, the collector's CPU), and the live heap after the cell:")
+	for _, conns := range connsList {
+		for _, ph := range phases {
+			for _, sc := range scs {
+				c := results[cellKey{sc, conns, ph}]
+				fmt.Fprintf(w, "  %2d %-9s %-20s %5.1f allocs %6.0f B  GC %5.1f us  live %4.0f MB\n", conns, ph, sc,
+					c.per(float64(c.mem.Objects)), c.per(float64(c.mem.Bytes)), c.per(c.mem.GCSeconds*1e6), float64(c.mem.Live)/(1<<20))
+			}
+		}
+	}
 }
 
 // targets prints the ratios the project holds itself to, each against its

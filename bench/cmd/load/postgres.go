@@ -467,6 +467,7 @@ func reportSQL(w io.Writer, bareSc, typicalSc, txSc string, scs []string, connsL
 			}
 		}
 	}
+	printMemory(w, scs, connsList, phases, results)
 	bars := measure(ts, scs, connsList, phases, results)
 	printTargets(w, 28, bars)
 	if slices.Contains(scs, txSc) && slices.Contains(scs, typicalSc) && slices.Contains(phases, fresh) {

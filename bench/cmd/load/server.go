@@ -12,8 +12,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -103,6 +105,9 @@ type serverStats struct {
 	// PGTrips counts the PostgreSQL round trips the process made so far
 	// (queries and batches).
 	PGTrips int64 `json:"pgTrips"`
+	// Memory is what the process allocated and what its collector did so
+	// far (runtime/metrics).
+	Memory memStats `json:"memory"`
 }
 
 // commandCounter is a go-redis hook that counts the commands a client
@@ -139,6 +144,38 @@ func (c *commandCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) g
 			c.count(cmd.Name())
 		}
 		return next(ctx, cmds)
+	}
+}
+
+// memStats is what a process allocated, and what its collector spent, so
+// far: heap allocations (objects and bytes), the collector's CPU (its
+// background and assist work, as runtime/metrics estimates it), and the
+// heap's live bytes at the last collection.
+type memStats struct {
+	Objects   uint64  `json:"objects"`
+	Bytes     uint64  `json:"bytes"`
+	GCSeconds float64 `json:"gcSeconds"`
+	Live      uint64  `json:"live"`
+}
+
+var memSamples = []metrics.Sample{
+	{Name: "/gc/heap/allocs:objects"},
+	{Name: "/gc/heap/allocs:bytes"},
+	{Name: "/cpu/classes/gc/total:cpu-seconds"},
+	{Name: "/gc/heap/live:bytes"},
+}
+
+var memMu sync.Mutex
+
+func processMemory() memStats {
+	memMu.Lock()
+	defer memMu.Unlock()
+	metrics.Read(memSamples)
+	return memStats{
+		Objects:   memSamples[0].Value.Uint64(),
+		Bytes:     memSamples[1].Value.Uint64(),
+		GCSeconds: memSamples[2].Value.Float64(),
+		Live:      memSamples[3].Value.Uint64(),
 	}
 }
 
@@ -208,6 +245,12 @@ func serve(sc, redisAddr, pgURL string, poolSize, cacheSize int, profile string)
 		if prof.f != nil {
 			pprof.StopCPUProfile()
 			prof.f.Close()
+			// The allocations since the process began (the warm-up's
+			// too), sampled as the runtime samples them.
+			if f, err := os.Create(strings.TrimSuffix(profile, ".pprof") + ".allocs.pprof"); err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
 		}
 	}()
 
@@ -223,7 +266,7 @@ func serve(sc, redisAddr, pgURL string, poolSize, cacheSize int, profile string)
 	go srv.Serve(ln)
 	ctlMux := http.NewServeMux()
 	ctlMux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(serverStats{Runs: a.runs.Load(), CPUNs: processCPU(), Sent: counter.snapshot(), PGTrips: trips.Count()})
+		json.NewEncoder(w).Encode(serverStats{Runs: a.runs.Load(), CPUNs: processCPU(), Sent: counter.snapshot(), PGTrips: trips.Count(), Memory: processMemory()})
 	})
 	ctlMux.HandleFunc("POST /profile", func(w http.ResponseWriter, r *http.Request) {
 		if profile == "" {
