@@ -538,7 +538,7 @@ func (c *canonJSON) rewrite(start, end int, ms []member) {
 // inOrder reports whether ms is already sorted by folded name.
 func (c *canonJSON) inOrder(ms []member) bool {
 	for i := 1; i < len(ms); i++ {
-		if c.compareMembers(&ms[i-1], &ms[i]) > 0 {
+		if c.after(&ms[i-1], &ms[i]) {
 			return false
 		}
 	}
@@ -552,9 +552,27 @@ func (c *canonJSON) sortMembers(ms []member) {
 		slices.SortStableFunc(ms, func(a, b member) int { return c.compareMembers(&a, &b) })
 		return
 	}
+	// Insertion sort: a member out of place is held while those before it
+	// that sort after it move up one, each once.
 	for i := 1; i < len(ms); i++ {
-		for j := i; j > 0 && c.compareMembers(&ms[j-1], &ms[j]) > 0; j-- {
-			ms[j-1], ms[j] = ms[j], ms[j-1]
+		if !c.after(&ms[i-1], &ms[i]) {
+			continue
 		}
+		m := ms[i]
+		j := i - 1
+		for ms[j+1] = ms[j]; j > 0 && c.after(&ms[j-1], &m); j-- {
+			ms[j] = ms[j-1]
+		}
+		ms[j] = m
 	}
+}
+
+// after reports whether the folded name of a sorts after that of b. It
+// compares the keys inline and calls compareMembers only when they are
+// equal.
+func (c *canonJSON) after(a, b *member) bool {
+	if a.key != b.key {
+		return a.key > b.key
+	}
+	return c.compareMembers(a, b) > 0
 }
