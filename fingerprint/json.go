@@ -309,8 +309,10 @@ func (c *canonJSON) value() error {
 	}
 }
 
-// memberValue is value, with the commonest members of arrays and objects,
-// strings, numbers and objects, read without going through value.
+// memberValue is value after optional whitespace, with the commonest
+// members of arrays and objects, strings, numbers and objects, read without
+// going through value. Whitespace is looked for only when none of these
+// starts at c.pos: most JSON has none between tokens.
 func (c *canonJSON) memberValue() error {
 	if c.pos < len(c.src) {
 		switch b := c.src[c.pos]; {
@@ -322,6 +324,7 @@ func (c *canonJSON) memberValue() error {
 			return c.object()
 		}
 	}
+	c.skipSpace()
 	return c.value()
 }
 
@@ -398,7 +401,6 @@ func (c *canonJSON) array() error {
 		switch c.src[c.pos] {
 		case ',':
 			c.pos++
-			c.skipSpace()
 		case ']':
 			c.pos++
 			c.depth--
@@ -437,12 +439,15 @@ func (c *canonJSON) object() error {
 				return err
 			}
 			foldEnd := len(c.fold)
-			c.skipSpace()
+			// Whitespace is looked for only where the byte expected is
+			// not found.
 			if c.pos >= len(c.src) || c.src[c.pos] != ':' {
-				return ErrInvalidJSON
+				c.skipSpace()
+				if c.pos >= len(c.src) || c.src[c.pos] != ':' {
+					return ErrInvalidJSON
+				}
 			}
 			c.pos++
-			c.skipSpace()
 			if err := c.memberValue(); err != nil {
 				return err
 			}
@@ -463,7 +468,9 @@ func (c *canonJSON) object() error {
 				return ErrInvalidJSON
 			}
 			c.pos++
-			c.skipSpace()
+			if c.pos >= len(c.src) || c.src[c.pos] != '"' {
+				c.skipSpace()
+			}
 		}
 	}
 	c.depth--
