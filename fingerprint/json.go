@@ -516,16 +516,19 @@ func (c *canonJSON) rewrite(start, end int, ms []member) {
 	if len(c.out) <= start {
 		// Nothing of the object has been copied to out: its bytes are
 		// src's, and go to out in their new order straight from there.
-		at := c.run - len(c.out) // where in src a position in out is
-		c.out = append(c.out, c.src[c.run:start+at+1]...)
+		// out and src are held in locals: c.out written back after every
+		// append cost a store of each word and a write barrier check.
+		out, src := c.out, c.src
+		at := c.run - len(out) // where in src a position in out is
+		out = append(out, src[c.run:start+at+1]...)
 		for k := range ms {
 			m := &ms[k]
 			if k > 0 {
-				c.out = append(c.out, ',')
+				out = append(out, ',')
 			}
-			c.out = append(c.out, c.src[m.start+at:m.end+at]...)
+			out = append(out, src[m.start+at:m.end+at]...)
 		}
-		c.out = append(c.out, '}')
+		c.out = append(out, '}')
 		c.run = c.pos
 		return
 	}
