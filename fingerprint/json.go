@@ -479,7 +479,13 @@ func (c *canonJSON) object() error {
 	o.end = c.outLen()
 	o.next = len(c.objs)
 	ms := c.mem[memBase:]
-	inOrder := c.inOrder(ms)
+	var inOrder bool
+	if len(ms) == 2 {
+		// The commonest small object, tested inline.
+		inOrder = !c.after(&ms[0], &ms[1])
+	} else {
+		inOrder = c.inOrder(ms)
+	}
 	if !inOrder && c.opened == opened && o.end-o.start <= maxRewrite {
 		// No object inside: write the members in order where they stand.
 		if len(ms) == 2 {
