@@ -85,6 +85,12 @@ func FuzzCanonicalMatchesOld(f *testing.F) {
 	for _, s := range jsonSeeds {
 		f.Add([]byte(s))
 	}
+	files, _ := filepath.Glob("testdata/fuzz/FuzzCanonicalJSON/*")
+	for _, name := range files {
+		for _, v := range corpusBytes(f, name) {
+			f.Add(v)
+		}
+	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	for range 64 {
 		f.Add(genJSON(rng))
@@ -93,7 +99,7 @@ func FuzzCanonicalMatchesOld(f *testing.F) {
 }
 
 // corpusBytes returns the []byte values of the fuzz corpus file name.
-func corpusBytes(t *testing.T, name string) [][]byte {
+func corpusBytes(t testing.TB, name string) [][]byte {
 	data, err := os.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
