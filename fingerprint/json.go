@@ -309,8 +309,10 @@ func (c *canonJSON) value() error {
 	}
 }
 
-// memberValue is value, with the commonest members of arrays and objects,
-// strings, numbers and objects, read without going through value.
+// memberValue is value after optional whitespace, with the commonest
+// members of arrays and objects, strings, numbers and objects, read without
+// going through value. Whitespace is looked for only when none of these
+// starts at c.pos: most JSON has none between tokens.
 func (c *canonJSON) memberValue() error {
 	if c.pos < len(c.src) {
 		switch b := c.src[c.pos]; {
@@ -322,6 +324,7 @@ func (c *canonJSON) memberValue() error {
 			return c.object()
 		}
 	}
+	c.skipSpace()
 	return c.value()
 }
 
@@ -398,7 +401,6 @@ func (c *canonJSON) array() error {
 		switch c.src[c.pos] {
 		case ',':
 			c.pos++
-			c.skipSpace()
 		case ']':
 			c.pos++
 			c.depth--
@@ -437,12 +439,15 @@ func (c *canonJSON) object() error {
 				return err
 			}
 			foldEnd := len(c.fold)
-			c.skipSpace()
+			// Whitespace is looked for only where the byte expected is
+			// not found.
 			if c.pos >= len(c.src) || c.src[c.pos] != ':' {
-				return ErrInvalidJSON
+				c.skipSpace()
+				if c.pos >= len(c.src) || c.src[c.pos] != ':' {
+					return ErrInvalidJSON
+				}
 			}
 			c.pos++
-			c.skipSpace()
 			if err := c.memberValue(); err != nil {
 				return err
 			}
@@ -463,7 +468,9 @@ func (c *canonJSON) object() error {
 				return ErrInvalidJSON
 			}
 			c.pos++
-			c.skipSpace()
+			if c.pos >= len(c.src) || c.src[c.pos] != '"' {
+				c.skipSpace()
+			}
 		}
 	}
 	c.depth--
@@ -472,7 +479,13 @@ func (c *canonJSON) object() error {
 	o.end = c.outLen()
 	o.next = len(c.objs)
 	ms := c.mem[memBase:]
-	inOrder := c.inOrder(ms)
+	var inOrder bool
+	if len(ms) == 2 {
+		// The commonest small object, tested inline.
+		inOrder = !c.after(&ms[0], &ms[1])
+	} else {
+		inOrder = c.inOrder(ms)
+	}
 	if !inOrder && c.opened == opened && o.end-o.start <= maxRewrite {
 		// No object inside: write the members in order where they stand.
 		if len(ms) == 2 {
@@ -509,16 +522,19 @@ func (c *canonJSON) rewrite(start, end int, ms []member) {
 	if len(c.out) <= start {
 		// Nothing of the object has been copied to out: its bytes are
 		// src's, and go to out in their new order straight from there.
-		at := c.run - len(c.out) // where in src a position in out is
-		c.out = append(c.out, c.src[c.run:start+at+1]...)
+		// out and src are held in locals: c.out written back after every
+		// append cost a store of each word and a write barrier check.
+		out, src := c.out, c.src
+		at := c.run - len(out) // where in src a position in out is
+		out = append(out, src[c.run:start+at+1]...)
 		for k := range ms {
 			m := &ms[k]
 			if k > 0 {
-				c.out = append(c.out, ',')
+				out = append(out, ',')
 			}
-			c.out = append(c.out, c.src[m.start+at:m.end+at]...)
+			out = append(out, src[m.start+at:m.end+at]...)
 		}
-		c.out = append(c.out, '}')
+		c.out = append(out, '}')
 		c.run = c.pos
 		return
 	}
@@ -538,7 +554,7 @@ func (c *canonJSON) rewrite(start, end int, ms []member) {
 // inOrder reports whether ms is already sorted by folded name.
 func (c *canonJSON) inOrder(ms []member) bool {
 	for i := 1; i < len(ms); i++ {
-		if c.compareMembers(&ms[i-1], &ms[i]) > 0 {
+		if c.after(&ms[i-1], &ms[i]) {
 			return false
 		}
 	}
@@ -552,9 +568,27 @@ func (c *canonJSON) sortMembers(ms []member) {
 		slices.SortStableFunc(ms, func(a, b member) int { return c.compareMembers(&a, &b) })
 		return
 	}
+	// Insertion sort: a member out of place is held while those before it
+	// that sort after it move up one, each once.
 	for i := 1; i < len(ms); i++ {
-		for j := i; j > 0 && c.compareMembers(&ms[j-1], &ms[j]) > 0; j-- {
-			ms[j-1], ms[j] = ms[j], ms[j-1]
+		if !c.after(&ms[i-1], &ms[i]) {
+			continue
 		}
+		m := ms[i]
+		j := i - 1
+		for ms[j+1] = ms[j]; j > 0 && c.after(&ms[j-1], &m); j-- {
+			ms[j] = ms[j-1]
+		}
+		ms[j] = m
 	}
+}
+
+// after reports whether the folded name of a sorts after that of b. It
+// compares the keys inline and calls compareMembers only when they are
+// equal.
+func (c *canonJSON) after(a, b *member) bool {
+	if a.key != b.key {
+		return a.key > b.key
+	}
+	return c.compareMembers(a, b) > 0
 }

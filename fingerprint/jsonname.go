@@ -38,9 +38,22 @@ func (c *canonJSON) name() (uint64, error) {
 			}
 		}
 	}
+	// The name's end, a word at a time up to the first byte that is not
+	// printable ASCII or is '"' or '\\'.
 	i := c.pos + 1
-	for i < len(src) && asciiName[src[i]] {
-		i++
+	for {
+		if i+8 > len(src) {
+			for i < len(src) && asciiName[src[i]] {
+				i++
+			}
+			break
+		}
+		w := binary.LittleEndian.Uint64(src[i:])
+		if m := special(w) | w&hi8; m != 0 {
+			i += firstFlagged(m)
+			break
+		}
+		i += 8
 	}
 	if i >= len(src) || src[i] != '"' {
 		// An escape, a byte that is not ASCII, or an error: folded from
@@ -54,26 +67,47 @@ func (c *canonJSON) name() (uint64, error) {
 		c.fold = appendFoldedName(c.fold, c.out[start+1:len(c.out)-1])
 		return foldKey(c.fold[foldStart:]), nil
 	}
-	// Printable ASCII only: the name is its own canonical form.
+	// Printable ASCII only: the name is its own canonical form, folded a
+	// word at a time where the word has no '_' or '-' to drop. Whole words
+	// are stored, so fold has eight bytes of room past the name.
 	name := src[c.pos+1 : i]
 	c.pos = i + 1
-	fold := slices.Grow(c.fold, len(name))
+	fold := slices.Grow(c.fold, len(name)+8)
 	j0 := len(fold)
 	j := j0
-	fold = fold[:j+len(name)]
-	var key uint64
+	fold = fold[:j0+len(name)+8]
+	for len(name) >= 8 {
+		w := binary.LittleEndian.Uint64(name)
+		if dashes(w) == 0 {
+			binary.LittleEndian.PutUint64(fold[j:], upperASCII(w))
+			j += 8
+		} else {
+			j = appendFoldedASCII(fold, j, name[:8])
+		}
+		name = name[8:]
+	}
+	j = appendFoldedASCII(fold, j, name)
+	c.fold = fold[:j]
+	// The key: the folded name's first eight bytes, those past its end
+	// cleared.
+	key := binary.BigEndian.Uint64(fold[j0:])
+	if n := j - j0; n < 8 {
+		key &^= 1<<(64-8*n) - 1
+	}
+	return key, nil
+}
+
+// appendFoldedASCII writes the folded form of name, printable ASCII, to
+// fold from j on, and returns where it ends.
+func appendFoldedASCII(fold []byte, j int, name []byte) int {
 	for _, b := range name {
 		f := foldASCII[b]
 		fold[j] = f
 		if f != 0 {
-			if j-j0 < 8 {
-				key |= uint64(f) << (56 - 8*(j-j0))
-			}
 			j++
 		}
 	}
-	c.fold = fold[:j]
-	return key, nil
+	return j
 }
 
 // dashes flags the bytes of w that are '_' or '-' the way special flags

@@ -49,15 +49,18 @@ func (c *canonJSON) str() error {
 	for {
 		// Eight bytes at a time to the first special one, then one by one
 		// near the end.
-		for i+8 <= len(src) {
+		for {
+			if i+8 > len(src) {
+				for i < len(src) && plain[src[i]] {
+					i++
+				}
+				break
+			}
 			if m := special(binary.LittleEndian.Uint64(src[i:])); m != 0 {
 				i += firstFlagged(m)
 				break
 			}
 			i += 8
-		}
-		for i < len(src) && plain[src[i]] {
-			i++
 		}
 		if i >= len(src) {
 			c.pos = i
