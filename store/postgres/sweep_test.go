@@ -2,7 +2,10 @@ package postgres_test
 
 import (
 	"context"
-
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,24 +25,40 @@ func rowCount(t testing.TB, pool *pgxpool.Pool, table string) int {
 	return n
 }
 
+// fillers is how many keys fill makes at once.
+const fillers = 8
+
 // fill makes n keys: claims with life, completed with retention when
-// retention is not 0.
+// retention is not 0. The keys are made fillers at a time, each claim
+// (and complete) a transaction of its own, whose commits the server then
+// flushes together.
 func fill(t testing.TB, st *postgres.Store, n int, life, retention time.Duration) []string {
 	t.Helper()
 	ctx := context.Background()
 	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = newKey()
-		c := newClaim(1)
-		c.TTL = life
-		if res, err := st.Claim(ctx, keys[i], c); err != nil || res.State != store.Claimed {
-			t.Fatalf("claim: %v %v", res.State, err)
-		}
-		if retention > 0 {
-			if err := st.Complete(ctx, keys[i], c.Token, record("r", 1), retention); err != nil {
-				t.Fatal(err)
+	errs := make([]error, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range fillers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				keys[i] = newKey()
+				c := newClaim(1)
+				c.TTL = life
+				res, err := st.Claim(ctx, keys[i], c)
+				if err == nil && res.State != store.Claimed {
+					err = fmt.Errorf("state %v, want %v", res.State, store.Claimed)
+				}
+				if err == nil && retention > 0 {
+					err = st.Complete(ctx, keys[i], c.Token, record("r", 1), retention)
+				}
+				errs[i] = err
 			}
-		}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("filling: %v", err)
 	}
 	return keys
 }
