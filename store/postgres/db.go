@@ -136,10 +136,11 @@ type pgxConn interface{ Conn() *pgx.Conn }
 // say where it connects (its connector is not reachable from it), so the
 // connection is asked: pgx's driver connection gives its configuration
 // (pgxConn); any other driver's asks the server its address and database,
-// once. The connection then goes back to the DB's pool, for the checks
-// that follow. When no connection can be made, the error of pgx's driver
-// says where it tried (pgconn.ConnectError's Config); another driver's
-// leaves only the driver to name.
+// once (a server that does not answer that is named by its driver: the
+// checks that follow say what is wrong). The connection then goes back to
+// the DB's pool, for those checks. When no connection can be made, the
+// error of pgx's driver says where it tried (pgconn.ConnectError's
+// Config); another driver's leaves only the driver to name.
 func (d sqlDB) locate(ctx context.Context) (string, error) {
 	c, err := d.db.Conn(ctx)
 	if err != nil {
@@ -166,7 +167,8 @@ func (d sqlDB) locate(ctx context.Context) (string, error) {
 	err = c.QueryRowContext(ctx, "SELECT host(inet_server_addr()), inet_server_port(), current_database()").Scan(&host, &port, &database)
 	switch {
 	case err != nil:
-		return fmt.Sprintf("the database/sql DB of driver %T, whose server did not say where it is", d.db.Driver()), err
+		// The checks that follow say what is wrong with the server.
+		return fmt.Sprintf("the database/sql DB of driver %T, whose server did not say where it is", d.db.Driver()), nil
 	case !host.Valid:
 		return "server on a Unix socket, database " + database, nil
 	}
