@@ -264,6 +264,25 @@ WHERE locktype = 'advisory' AND objsubid = 1 AND granted
 	return n, nil
 }
 
+// waitBackendGone waits until the server backend pid has ended, failing
+// t when it still runs after within.
+func waitBackendGone(t testing.TB, pool *pgxpool.Pool, pid uint32, within time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for {
+		var runs bool
+		err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)", int32(pid)).Scan(&runs)
+		switch {
+		case err != nil:
+			t.Fatalf("backend %d still running after %v: %v", pid, within, err)
+		case !runs:
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // idle waits (up to 5 s) for every connection of pool to be back in it:
 // the store hands back the connection of a transaction that claimed
 // nothing in the background, after its ROLLBACK. It returns the pool's

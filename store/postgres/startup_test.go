@@ -29,6 +29,10 @@ import (
 // where it connects) from what pgx's driver says of the connection it
 // tried.
 func TestStartUpIsBounded(t *testing.T) {
+	// Ten seconds of waiting on a silent server, which uses neither the
+	// shared server nor the CPU: alongside the other tests that wait out
+	// a fixed life (TestMiddlewareLapse).
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
