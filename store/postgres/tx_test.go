@@ -48,6 +48,17 @@ func (p payments) insert(ctx context.Context, key, by string) error {
 	return err
 }
 
+// insertPID is insert, and returns the process id of the server backend
+// that runs the request's transaction.
+func (p payments) insertPID(ctx context.Context, key, by string) (pid uint32, err error) {
+	tx := postgres.Tx(ctx)
+	if tx == nil {
+		return 0, errors.New("no request transaction in the context")
+	}
+	err = tx.QueryRow(ctx, "INSERT INTO "+p.name+" (key, made_by) VALUES ($1, $2) RETURNING pg_backend_pid()", key, by).Scan(&pid)
+	return pid, err
+}
+
 // count returns how many payments exist for key, committed.
 func (p payments) count(t testing.TB, key string) int {
 	t.Helper()
@@ -317,6 +328,35 @@ func TestTxLateCommitNeverLands(t *testing.T) {
 	}
 	claimTx(t, st, key, newClaim(1), store.Claimed).Rollback(context.Background())
 	assertNoLocks(t, pool, st, key, a.Fingerprint)
+}
+
+// TestTxLateCommitAfterTheServerEndedIt: when the server has ended the
+// owner's session at the claim's life (the idle timeout the claim set)
+// before the store's watchdog ran, as a busy machine can make it, a
+// commit after that life still answers store.ErrNotOwner, as it does when
+// the watchdog ran first: not an outage, and nothing kept.
+func TestTxLateCommitAfterTheServerEndedIt(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	ctx := context.Background()
+	key := newKey()
+	a := newClaim(1)
+	a.TTL = 300 * time.Millisecond
+	tx := claimTx(t, st, key, a, store.Claimed)
+	st.StopWatchdog(tx)
+	owner, err := pay.insertPID(tx.NewContext(ctx), key, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitBackendGone(t, pool, owner, a.TTL+10*time.Second)
+	if err := tx.Commit(ctx, record("slow", 1), time.Minute); !errors.Is(err, store.ErrNotOwner) {
+		t.Fatalf("a commit after the server ended the claim's transaction: %v, want store.ErrNotOwner", err)
+	}
+	if n := pay.count(t, key); n != 0 {
+		t.Fatalf("%d payments, want none", n)
+	}
+	claimTx(t, st, key, newClaim(1), store.Claimed).Rollback(ctx)
 }
 
 // TestTxLateCommitFencedOnTheServer: the fence holds without the store's
