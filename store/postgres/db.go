@@ -26,8 +26,11 @@ type db interface {
 	// maxConns is the pool's bound on open connections; 0 when it has
 	// none.
 	maxConns() int
-	// server names the server and database, for start-up's errors.
-	server() string
+	// locate names the server and database, for start-up's errors:
+	// where the pool says it connects, or else where a connection it
+	// gives goes. When it cannot connect it names what the error says,
+	// and returns the error.
+	locate(ctx context.Context) (string, error)
 	// checkStatements refuses a pool whose prepared statements are lost
 	// between transactions (ErrPreparedStatements).
 	checkStatements(ctx context.Context) error
@@ -65,9 +68,24 @@ func (p pgxDB) maxConns() int { return int(p.pool.Config().MaxConns) }
 
 func (p pgxDB) checkStatements(ctx context.Context) error { return checkPoolStatements(ctx, p.pool) }
 
-func (p pgxDB) server() string {
-	c := p.pool.Config().ConnConfig
-	return fmt.Sprintf("server %s, database %s", net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port))), c.Database)
+// locate names where the pool's configuration connects, and takes a
+// connection from the pool (given back for the checks that follow), so
+// that a server that cannot be reached fails start-up as it does on the
+// database/sql face.
+func (p pgxDB) locate(ctx context.Context) (string, error) {
+	cfg := p.pool.Config().ConnConfig
+	at := serverName(cfg.Host, int(cfg.Port), cfg.Database)
+	c, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return at, err
+	}
+	c.Release()
+	return at, nil
+}
+
+// serverName is how start-up's errors name a server and its database.
+func serverName(host string, port int, database string) string {
+	return fmt.Sprintf("server %s, database %s", net.JoinHostPort(host, strconv.Itoa(port)), database)
 }
 
 // sqlQuerier is what both a *sql.DB and a *sql.Tx run.
@@ -108,13 +126,53 @@ func (d sqlDB) inTx(ctx context.Context, f func(q db) error) error {
 
 func (d sqlDB) maxConns() int { return d.db.Stats().MaxOpenConnections }
 
-// server names what database/sql says of the server: only its driver (a
-// DB does not say where it connects), and, once connected, what the
-// server says of itself.
 func (d sqlDB) checkStatements(ctx context.Context) error { return checkDBStatements(ctx, d.db) }
 
-func (d sqlDB) server() string {
-	return fmt.Sprintf("the database/sql DB of driver %T", d.db.Driver())
+// pgxConn is a database/sql driver connection that gives its *pgx.Conn:
+// pgx's stdlib.Conn, through its exported method.
+type pgxConn interface{ Conn() *pgx.Conn }
+
+// locate takes a connection and names where it goes. A *sql.DB does not
+// say where it connects (its connector is not reachable from it), so the
+// connection is asked: pgx's driver connection gives its configuration
+// (pgxConn); any other driver's asks the server its address and database,
+// once (a server that does not answer that is named by its driver: the
+// checks that follow say what is wrong). The connection then goes back to
+// the DB's pool, for those checks. When no connection can be made, the
+// error of pgx's driver says where it tried (pgconn.ConnectError's
+// Config); another driver's leaves only the driver to name.
+func (d sqlDB) locate(ctx context.Context) (string, error) {
+	c, err := d.db.Conn(ctx)
+	if err != nil {
+		if ce, ok := errors.AsType[*pgconn.ConnectError](err); ok && ce.Config != nil {
+			return serverName(ce.Config.Host, int(ce.Config.Port), ce.Config.Database), err
+		}
+		return fmt.Sprintf("the database/sql DB of driver %T, which does not say where it connects", d.db.Driver()), err
+	}
+	defer c.Close()
+	var at string
+	c.Raw(func(dc any) error {
+		if pc, ok := dc.(pgxConn); ok {
+			cfg := pc.Conn().Config()
+			at = serverName(cfg.Host, int(cfg.Port), cfg.Database)
+		}
+		return nil
+	})
+	if at != "" {
+		return at, nil
+	}
+	var host sql.NullString
+	var port sql.NullInt64
+	var database string
+	err = c.QueryRowContext(ctx, "SELECT host(inet_server_addr()), inet_server_port(), current_database()").Scan(&host, &port, &database)
+	switch {
+	case err != nil:
+		// The checks that follow say what is wrong with the server.
+		return fmt.Sprintf("the database/sql DB of driver %T, whose server did not say where it is", d.db.Driver()), nil
+	case !host.Valid:
+		return "server on a Unix socket, database " + database, nil
+	}
+	return serverName(host.String, int(port.Int64), database) + " (as the server names itself)", nil
 }
 
 // noRows reports a statement that answered no row, on either face.

@@ -258,7 +258,12 @@
 // pool is smaller than 10 connections. Start-up (New, NewDB, Migrate,
 // MigrateDB) is bounded by its context, or by DefaultStartTimeout (10 s)
 // when the context has no deadline, and its errors name the server and
-// database (the pgx face; a database/sql DB says only its driver).
+// database. A database/sql DB does not say where it connects: NewDB and
+// MigrateDB name what pgx's driver connection gives of its configuration,
+// or, when it cannot connect, what its error says of where it tried; of
+// another driver, what the server says of itself once a connection
+// answered (inet_server_addr, current_database), and only the driver
+// before.
 //
 // # Time budgets and errors
 //

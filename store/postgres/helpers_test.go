@@ -212,14 +212,75 @@ func sessionLocks(t testing.TB, pool *pgxpool.Pool) int {
 	return n
 }
 
+// sessionLocksOn counts the advisory locks on one bigint (the store's
+// kind) that backends of pool's database hold outside any transaction.
+// pg_locks and pg_stat_activity are two reads, not one snapshot: a
+// backend that begins a transaction after the activity is read, or ends
+// one before, shows that transaction's locks beside no transaction (and
+// the other packages' tests, on the same server at the same time, take
+// transaction locks all along). So the backends idle outside a
+// transaction are read before and after the locks, and a lock counts only
+// when its backend was idle both times with the same state_change: it
+// ran no statement in between, so it held the lock outside any
+// transaction.
 func sessionLocksOn(pool *pgxpool.Pool) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var n int
-	err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND a.xact_start IS NULL
-  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n)
-	return n, err
+	idle := func() (map[int32]time.Time, error) {
+		rows, _ := pool.Query(ctx, `SELECT pid, state_change FROM pg_stat_activity
+WHERE datname = current_database() AND state = 'idle' AND xact_start IS NULL`)
+		since := map[int32]time.Time{}
+		var pid int32
+		var at time.Time
+		_, err := pgx.ForEachRow(rows, []any{&pid, &at}, func() error {
+			since[pid] = at
+			return nil
+		})
+		return since, err
+	}
+	before, err := idle()
+	if err != nil {
+		return 0, err
+	}
+	rows, _ := pool.Query(ctx, `SELECT pid FROM pg_locks
+WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+	holders, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return 0, err
+	}
+	after, err := idle()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, pid := range holders {
+		b, wasIdle := before[pid]
+		a, isIdle := after[pid]
+		if wasIdle && isIdle && a.Equal(b) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// waitBackendGone waits until the server backend pid has ended, failing
+// t when it still runs after within.
+func waitBackendGone(t testing.TB, pool *pgxpool.Pool, pid uint32, within time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for {
+		var runs bool
+		err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)", int32(pid)).Scan(&runs)
+		switch {
+		case err != nil:
+			t.Fatalf("backend %d still running after %v: %v", pid, within, err)
+		case !runs:
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // idle waits (up to 5 s) for every connection of pool to be back in it:

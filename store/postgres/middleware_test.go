@@ -250,6 +250,9 @@ func TestMiddlewareTerminatedBackend(t *testing.T) {
 // over and runs; the late owner's commit is fenced: its client gets 503,
 // and the retry's payment is the only one.
 func TestMiddlewareLapse(t *testing.T) {
+	// Most of it is the claim's life waited out: alongside
+	// TestStartUpIsBounded's wait.
+	t.Parallel()
 	pool := sharedPool(t)
 	st, table := newStore(t, pool)
 	h := &payHandler{pay: newPayments(t, pool, table), by: "server", inserted: make(chan uint32, 2), block: make(chan struct{})}
@@ -262,11 +265,14 @@ func TestMiddlewareLapse(t *testing.T) {
 	key := rand.Text()
 	first := make(chan answer, 1)
 	go func() { first <- post(client, srv.URL, key, "X-Block", "1") }()
-	<-h.inserted
+	owner := <-h.inserted
 	if a := post(client, srv.URL, key); a.status != http.StatusConflict {
 		t.Fatalf("a retry while the owner's claim lives: %d, want 409", a.status)
 	}
-	time.Sleep(100*time.Millisecond + middleware.ClaimMargin + 200*time.Millisecond)
+	// At the claim's life (the route's deadline plus the margin) the
+	// owner's transaction is ended, and its session with it: the key is
+	// free from then on.
+	waitBackendGone(t, pool, owner, 100*time.Millisecond+middleware.ClaimMargin+10*time.Second)
 	retry := post(client, srv.URL, key)
 	if retry.status != 201 || retry.replayed {
 		t.Fatalf("the retry after the claim lapsed: %d replayed=%v %s", retry.status, retry.replayed, retry.body)

@@ -36,6 +36,7 @@ func TestThroughPgBouncer(t *testing.T) {
 		{"TxOwnerGone", TestTxOwnerGone},
 		{"TxLapsedOwnerIsFenced", TestTxLapsedOwnerIsFenced},
 		{"TxLateCommitNeverLands", TestTxLateCommitNeverLands},
+		{"TxLateCommitAfterTheServerEndedIt", TestTxLateCommitAfterTheServerEndedIt},
 		{"TxCommitRefused", TestTxCommitRefused},
 		{"EveryIsolationLevel", TestEveryIsolationLevelRunsAKeyOnce},
 		{"KeptClientErrorUndoesWrites", TestKeptClientErrorUndoesWrites},

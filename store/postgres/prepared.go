@@ -94,19 +94,20 @@ func checkPoolStatements(ctx context.Context, pool *pgxpool.Pool) error {
 	if !namesStatements(mode) || cfg.MaxConns < 2 {
 		return nil
 	}
+	const checking = "idemkey: postgres: checking how the pool's connections keep prepared statements: %w"
 	a, err := pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf(checking, err)
 	}
 	defer a.Release()
 	b, err := pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf(checking, err)
 	}
 	defer b.Release()
 	lost, err := probeStatements(ctx, a.Conn().PgConn(), b.Conn().PgConn())
 	if err != nil {
-		return fmt.Errorf("idemkey: postgres: checking how the pool's connections keep prepared statements: %w", err)
+		return fmt.Errorf(checking, err)
 	}
 	return statementsErr(lost, mode)
 }
@@ -118,20 +119,21 @@ func checkDBStatements(ctx context.Context, db *sql.DB) error {
 	if db.Stats().MaxOpenConnections == 1 {
 		return nil
 	}
+	const checking = "idemkey: postgres: checking how the DB's connections keep prepared statements: %w"
 	a, err := db.Conn(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf(checking, err)
 	}
 	defer a.Close()
 	b, err := db.Conn(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf(checking, err)
 	}
 	defer b.Close()
 	var lost bool
 	var mode pgx.QueryExecMode
 	err = a.Raw(func(ad any) error {
-		ac, ok := ad.(interface{ Conn() *pgx.Conn })
+		ac, ok := ad.(pgxConn)
 		if !ok {
 			return nil
 		}
@@ -140,7 +142,7 @@ func checkDBStatements(ctx context.Context, db *sql.DB) error {
 			return nil
 		}
 		return b.Raw(func(bd any) error {
-			bc, ok := bd.(interface{ Conn() *pgx.Conn })
+			bc, ok := bd.(pgxConn)
 			if !ok {
 				return nil
 			}
@@ -150,7 +152,7 @@ func checkDBStatements(ctx context.Context, db *sql.DB) error {
 		})
 	})
 	if err != nil {
-		return fmt.Errorf("idemkey: postgres: checking how the DB's connections keep prepared statements: %w", err)
+		return fmt.Errorf(checking, err)
 	}
 	return statementsErr(lost, mode)
 }

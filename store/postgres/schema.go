@@ -115,6 +115,10 @@ func migrate(ctx context.Context, d db, opts []Option) error {
 	caller := ctx
 	ctx, cancel := sqlcore.StartContext(ctx)
 	defer cancel()
+	where, err := d.locate(ctx)
+	if err != nil {
+		return startErr(caller, ctx, where, fmt.Errorf("idemkey: postgres: connecting: %w", err))
+	}
 	err = d.inTx(ctx, func(tx db) error {
 		if _, err := tx.exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
 			return err
@@ -124,7 +128,7 @@ func migrate(ctx context.Context, d db, opts []Option) error {
 		return err
 	})
 	if err != nil {
-		return startErr(caller, ctx, d, fmt.Errorf("idemkey: postgres: creating table %s: %w", cfg.table.Sanitize(), err))
+		return startErr(caller, ctx, where, fmt.Errorf("idemkey: postgres: creating table %s: %w", cfg.table.Sanitize(), err))
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ func sqlDB(t testing.TB) *sql.DB {
 		t.Fatal(err)
 	}
 	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32)
 	t.Cleanup(func() { db.Close() })
 	return db
 }

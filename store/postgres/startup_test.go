@@ -3,8 +3,10 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,10 +23,16 @@ import (
 
 // TestStartUpIsBounded: against a server that accepts the connection and
 // never answers, New, NewDB, Migrate and MigrateDB given a context
-// without a deadline return within the default start-up budget, and the
-// pgx face's error names the server and the database (a database/sql DB
-// does not say where it connects: its error names the driver).
+// without a deadline return within the default start-up budget, and
+// their errors name the server and the database: the pgx face from its
+// pool's configuration, the database/sql face (where a DB does not say
+// where it connects) from what pgx's driver says of the connection it
+// tried.
 func TestStartUpIsBounded(t *testing.T) {
+	// Ten seconds of waiting on a silent server, which uses neither the
+	// shared server nor the CPU: alongside the other tests that wait out
+	// a fixed life (TestMiddlewareLapse).
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -91,10 +99,8 @@ func TestStartUpIsBounded(t *testing.T) {
 				if took < sqlcore.DefaultStartTimeout-time.Second {
 					t.Errorf("%s: gave up after %v, before the budget (%v): %v", name, took, sqlcore.DefaultStartTimeout, err)
 				}
-				want := []string{"start-up bounded by", sqlcore.DefaultStartTimeout.String()}
-				if !strings.HasSuffix(name, "DB") {
-					want = append(want, ln.Addr().String(), "database silentdb")
-				}
+				want := []string{"idemkey: postgres: ", "start-up bounded by", sqlcore.DefaultStartTimeout.String(),
+					"server " + ln.Addr().String() + ", database silentdb"}
 				for _, w := range want {
 					if !strings.Contains(err.Error(), w) {
 						t.Errorf("%s: error %q does not name %q", name, err, w)
@@ -213,3 +219,72 @@ func TestUncommittedRecordIsNotTrusted(t *testing.T) {
 	}
 	next.Rollback(ctx)
 }
+
+// TestStartUpNamesServer: when the server answers and start-up fails
+// after (a table that does not exist, a schema that does not), the errors
+// of New, Migrate, NewDB and MigrateDB name the server and the database:
+// through pgx's driver from its connection's configuration, and through a
+// driver whose connections give nothing of theirs as the server names
+// itself.
+func TestStartUpNamesServer(t *testing.T) {
+	pool := sharedPool(t)
+	ctx := context.Background()
+	cfg := pool.Config().ConnConfig
+	configured := "server " + net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))) + ", database " + cfg.Database
+	var host, database string
+	var port int
+	if err := pool.QueryRow(ctx, "SELECT host(inet_server_addr()), inet_server_port(), current_database()").Scan(&host, &port, &database); err != nil {
+		t.Fatal(err)
+	}
+	itself := "server " + net.JoinHostPort(host, strconv.Itoa(port)) + ", database " + database + " (as the server names itself)"
+
+	pgxDB := stdlib.OpenDB(*cfg.Copy())
+	t.Cleanup(func() { pgxDB.Close() })
+	opaque := sql.OpenDB(opaqueConnector{stdlib.GetConnector(*cfg.Copy())})
+	t.Cleanup(func() { opaque.Close() })
+
+	noTable := []postgres.Option{postgres.WithTable("idemkey_no_such_table"), postgres.WithSweepInterval(0)}
+	noSchema := []postgres.Option{postgres.WithTable("idemkey_no_such_schema.records")}
+	for _, c := range []struct {
+		name, want string
+		call       func() error
+	}{
+		{"New", configured, func() error { _, err := postgres.New(ctx, pool, noTable...); return err }},
+		{"Migrate", configured, func() error { return postgres.Migrate(ctx, pool, noSchema...) }},
+		{"NewDB (pgx)", configured, func() error { _, err := postgres.NewDB(ctx, pgxDB, noTable...); return err }},
+		{"MigrateDB (pgx)", configured, func() error { return postgres.MigrateDB(ctx, pgxDB, noSchema...) }},
+		{"NewDB (opaque driver)", itself, func() error { _, err := postgres.NewDB(ctx, opaque, noTable...); return err }},
+		{"MigrateDB (opaque driver)", itself, func() error { return postgres.MigrateDB(ctx, opaque, noSchema...) }},
+	} {
+		err := c.call()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %q", c.name, err, c.want)
+		}
+	}
+}
+
+// opaqueConnector is pgx's database/sql driver with connections that give
+// only database/sql's interfaces: a driver that does not say where it
+// connects.
+type opaqueConnector struct{ driver.Connector }
+
+func (c opaqueConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	dc, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return opaqueConn{dc.(sqlConn)}, nil
+}
+
+// sqlConn is what database/sql uses of a driver connection.
+type sqlConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.Pinger
+	driver.SessionResetter
+}
+
+type opaqueConn struct{ sqlConn }

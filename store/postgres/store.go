@@ -88,7 +88,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 // request's transaction as a *sql.Tx (SQLTx) for the data layers built on
 // database/sql (sqlc, GORM, Bun, sqlx, ent). It checks what New checks.
 // WithTxOptions' DeferrableMode is refused: database/sql has no word for
-// it.
+// it. Its errors name the server and database as the package
+// documentation says (What is checked at New), as far as the driver
+// tells.
 //
 // Size db for the requests served at once (SetMaxOpenConns): a
 // transactional request holds one connection for its handler's whole
@@ -134,8 +136,12 @@ func open(ctx context.Context, d db, opts []Option) (*Store, error) {
 	caller := ctx
 	ctx, cancel := sqlcore.StartContext(ctx)
 	defer cancel()
+	where, err := d.locate(ctx)
+	if err != nil {
+		return nil, startErr(caller, ctx, where, fmt.Errorf("idemkey: postgres: connecting: %w", err))
+	}
 	if err := checkServer(ctx, d, cfg.table); err != nil {
-		return nil, startErr(caller, ctx, d, err)
+		return nil, startErr(caller, ctx, where, err)
 	}
 	sql := newStatements(cfg.table)
 	s := &Store{
@@ -177,13 +183,14 @@ func checkServer(ctx context.Context, d db, table pgx.Identifier) error {
 }
 
 // startErr adds to an error of start-up (New, NewDB, Migrate, MigrateDB)
-// the server it was talking to and, when its time was up (ctx, bounded
-// from the caller's context), the budget that ran out.
-func startErr(caller, ctx context.Context, d db, err error) error {
+// the server it was talking to (where, as locate names it) and, when its
+// time was up (ctx, bounded from the caller's context), the budget that
+// ran out.
+func startErr(caller, ctx context.Context, where string, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("%w (%s; start-up bounded by %s)", err, d.server(), sqlcore.Budget(caller))
+		return fmt.Errorf("%w (%s; start-up bounded by %s)", err, where, sqlcore.Budget(caller))
 	}
-	return fmt.Errorf("%w (%s)", err, d.server())
+	return fmt.Errorf("%w (%s)", err, where)
 }
 
 // start starts the background sweeper, unless WithSweepInterval(0).

@@ -2,12 +2,16 @@ package postgres_test
 
 import (
 	"context"
+	"crypto/rand"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/postgres"
@@ -54,6 +58,57 @@ func TestNewErrors(t *testing.T) {
 	for _, l := range lines {
 		if !strings.HasPrefix(l, "idemkey: postgres: ") {
 			t.Errorf("error without the package prefix: %q", l)
+		}
+	}
+}
+
+// TestMissingTableNamesWhatToApply: when New and NewDB find no table, the
+// error says what to apply with a migration tool: postgres.SchemaSQL for
+// the default table (here missing from an empty schema the connections'
+// search_path names), and postgres.Schema("<table>") for a table of
+// another name, whose statements SchemaSQL's are not.
+func TestMissingTableNamesWhatToApply(t *testing.T) {
+	pool := sharedPool(t)
+	ctx := context.Background()
+	empty := "idemkey_test_empty_" + strings.ToLower(rand.Text()[:8])
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+empty); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), "DROP SCHEMA "+empty) })
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["search_path"] = empty
+	cfg.MaxConns = 2
+	inEmpty, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inEmpty.Close)
+	inEmptyDB := stdlib.OpenDB(*cfg.ConnConfig.Copy())
+	t.Cleanup(func() { inEmptyDB.Close() })
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { db.Close() })
+
+	for _, c := range []struct {
+		pool  *pgxpool.Pool
+		db    *sql.DB
+		table string // "" for the default
+		apply string
+	}{
+		{inEmpty, inEmptyDB, "", "apply postgres.SchemaSQL with your migration tool"},
+		{pool, db, "idemkey_no_such_table", `apply postgres.Schema("idemkey_no_such_table") with your migration tool`},
+		{pool, db, empty + ".idemkey_records", `apply postgres.Schema("` + empty + `.idemkey_records") with your migration tool`},
+	} {
+		opts := []postgres.Option{postgres.WithSweepInterval(0)}
+		if c.table != "" {
+			opts = append(opts, postgres.WithTable(c.table))
+		}
+		_, err := postgres.New(ctx, c.pool, opts...)
+		if err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), c.apply) {
+			t.Errorf("New, table %q missing: %v, want an error that says to %s", c.table, err, c.apply)
+		}
+		_, err = postgres.NewDB(ctx, c.db, opts...)
+		if err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), c.apply) {
+			t.Errorf("NewDB, table %q missing: %v, want an error that says to %s", c.table, err, c.apply)
 		}
 	}
 }

@@ -252,6 +252,7 @@ type requestTx struct {
 	ended   bool
 	expired bool        // the watchdog closed the connection
 	timer   *time.Timer // the watchdog
+	lapses  time.Time   // when the claim's life is over (zero without a claim)
 }
 
 var _ store.Tx = (*requestTx)(nil)
@@ -261,6 +262,7 @@ var _ store.Tx = (*requestTx)(nil)
 // (a handler that ignores its context), and the key must not stay held
 // by it, nor its commit land after a retry could have run.
 func (t *requestTx) watch(life time.Duration) {
+	t.lapses = time.Now().Add(life)
 	t.timer = time.AfterFunc(life, func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
@@ -274,6 +276,9 @@ func (t *requestTx) watch(life time.Duration) {
 		t.conn.Conn().PgConn().Conn().Close()
 	})
 }
+
+// lapsed reports whether the claim's life is over by the clock.
+func (t *requestTx) lapsed() bool { return !t.lapses.IsZero() && !time.Now().Before(t.lapses) }
 
 // NewContext returns ctx carrying the transaction, which the handler gets
 // back with Tx.
@@ -333,8 +338,11 @@ func (t *requestTx) Commit(ctx context.Context, rec *store.Record, retention tim
 	defer cancel()
 	pc := t.conn.Conn().PgConn()
 	switch {
-	case t.expired:
-		// The claim's life is over: its transaction was ended.
+	case t.expired || t.lapsed():
+		// The claim's life is over: its transaction was ended, by the
+		// watchdog or by the server (the idle timeout the claim set),
+		// or is about to be, whether or not the watchdog has run yet (on
+		// a busy machine its timer can fire late).
 		discard(t.conn)
 		return store.ErrNotOwner
 	case pc.IsClosed():

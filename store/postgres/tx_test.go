@@ -48,6 +48,17 @@ func (p payments) insert(ctx context.Context, key, by string) error {
 	return err
 }
 
+// insertPID is insert, and returns the process id of the server backend
+// that runs the request's transaction.
+func (p payments) insertPID(ctx context.Context, key, by string) (pid uint32, err error) {
+	tx := postgres.Tx(ctx)
+	if tx == nil {
+		return 0, errors.New("no request transaction in the context")
+	}
+	err = tx.QueryRow(ctx, "INSERT INTO "+p.name+" (key, made_by) VALUES ($1, $2) RETURNING pg_backend_pid()", key, by).Scan(&pid)
+	return pid, err
+}
+
 // count returns how many payments exist for key, committed.
 func (p payments) count(t testing.TB, key string) int {
 	t.Helper()
@@ -254,6 +265,29 @@ func TestTxRollbackUndoesWritesAndReleases(t *testing.T) {
 	}
 }
 
+// insertWithin inserts a payment through the request's transaction in
+// ctx and returns its server backend's process id; life, started no
+// later than start, is the claim's. When the insert failed after the life
+// was over, it reports outrun: the lapse tests give their claims short
+// lives, which a loaded machine can outrun between the claim and the
+// insert, and such a round shows nothing (they run it again with a
+// longer life). Any other failure fails t.
+func insertWithin(t testing.TB, ctx context.Context, pay payments, key, by string, start time.Time, life time.Duration) (pid uint32, outrun bool) {
+	t.Helper()
+	pid, err := pay.insertPID(ctx, key, by)
+	if err != nil {
+		if time.Since(start) >= life {
+			t.Logf("the insert came after the claim's life of %v (%v): again, with twice the life", life, err)
+			return 0, true
+		}
+		t.Fatal(err)
+	}
+	return pid, false
+}
+
+// maxLapseLife bounds the lives the lapse tests double to.
+const maxLapseLife = 10 * time.Second
+
 // TestTxLapsedOwnerIsFenced: the owner outlives its claim, another
 // request takes the key over and commits, and the late owner's commit
 // keeps nothing.
@@ -261,35 +295,58 @@ func TestTxLapsedOwnerIsFenced(t *testing.T) {
 	pool := sharedPool(t)
 	st, table := newStore(t, pool)
 	pay := newPayments(t, pool, table)
-	key := newKey()
-	a := newClaim(1)
-	a.TTL = 200 * time.Millisecond
-	txA := claimTx(t, st, key, a, store.Claimed)
-	if err := pay.insert(txA.NewContext(context.Background()), key, "late owner"); err != nil {
-		t.Fatal(err)
-	}
-	// The owner is alive: before its life ends the key is in flight.
-	claimTx(t, st, key, newClaim(1), store.InFlight)
-	time.Sleep(300 * time.Millisecond)
-	txB := claimTx(t, st, key, newClaim(1), store.Claimed)
-	if err := pay.insert(txB.NewContext(context.Background()), key, "new owner"); err != nil {
-		t.Fatal(err)
-	}
-	if err := txB.Commit(context.Background(), record("b", 1), time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := txA.Commit(context.Background(), record("a", 1), time.Minute); !errors.Is(err, store.ErrNotOwner) {
-		t.Fatalf("the late owner's commit: %v, want store.ErrNotOwner", err)
-	}
-	if got := pay.madeBy(t, key); len(got) != 1 || got[0] != "new owner" {
-		t.Fatalf("payments %v, want the new owner's alone", got)
-	}
-	res, err := st.Claim(context.Background(), key, newClaim(1))
-	if err != nil || res.State != store.Completed || string(res.Record.Body) != "b" {
-		t.Fatalf("kept: %v %v", res.State, err)
-	}
-	if s := idle(pool); s.AcquiredConns() != 0 {
-		t.Errorf("%d connections still acquired", s.AcquiredConns())
+	ctx := context.Background()
+	for life := 200 * time.Millisecond; ; life *= 2 {
+		if life > maxLapseLife {
+			t.Fatalf("every round outran its claim's life, up to %v", life/2)
+		}
+		key := newKey()
+		a := newClaim(1)
+		a.TTL = life
+		start := time.Now()
+		txA := claimTx(t, st, key, a, store.Claimed)
+		owner, outrun := insertWithin(t, txA.NewContext(ctx), pay, key, "late owner", start, life)
+		if outrun {
+			txA.Rollback(ctx)
+			continue
+		}
+		// The owner is alive: before its life ends the key is in flight.
+		res, other, err := st.ClaimTx(ctx, key, newClaim(1))
+		if other != nil {
+			other.Rollback(ctx)
+		}
+		if err != nil || res.State != store.InFlight {
+			if time.Since(start) >= life {
+				t.Logf("the repeat came after the claim's life of %v (%v %v): again, with twice the life", life, res.State, err)
+				txA.Rollback(ctx)
+				continue
+			}
+			t.Fatalf("a claim while the owner lives: %v %v, want in flight", res.State, err)
+		}
+		// At its life the owner's transaction is ended, its session with
+		// it.
+		waitBackendGone(t, pool, owner, life+10*time.Second)
+		txB := claimTx(t, st, key, newClaim(1), store.Claimed)
+		if err := pay.insert(txB.NewContext(ctx), key, "new owner"); err != nil {
+			t.Fatal(err)
+		}
+		if err := txB.Commit(ctx, record("b", 1), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := txA.Commit(ctx, record("a", 1), time.Minute); !errors.Is(err, store.ErrNotOwner) {
+			t.Fatalf("the late owner's commit: %v, want store.ErrNotOwner", err)
+		}
+		if got := pay.madeBy(t, key); len(got) != 1 || got[0] != "new owner" {
+			t.Fatalf("payments %v, want the new owner's alone", got)
+		}
+		res, err = st.Claim(ctx, key, newClaim(1))
+		if err != nil || res.State != store.Completed || string(res.Record.Body) != "b" {
+			t.Fatalf("kept: %v %v", res.State, err)
+		}
+		if s := idle(pool); s.AcquiredConns() != 0 {
+			t.Errorf("%d connections still acquired", s.AcquiredConns())
+		}
+		return
 	}
 }
 
@@ -301,22 +358,61 @@ func TestTxLateCommitNeverLands(t *testing.T) {
 	pool := sharedPool(t)
 	st, table := newStore(t, pool)
 	pay := newPayments(t, pool, table)
+	ctx := context.Background()
+	for life := 50 * time.Millisecond; ; life *= 2 {
+		if life > maxLapseLife {
+			t.Fatalf("every round outran its claim's life, up to %v", life/2)
+		}
+		key := newKey()
+		a := newClaim(1)
+		a.TTL = life
+		start := time.Now()
+		tx := claimTx(t, st, key, a, store.Claimed)
+		owner, outrun := insertWithin(t, tx.NewContext(ctx), pay, key, "slow", start, life)
+		if outrun {
+			tx.Rollback(ctx)
+			continue
+		}
+		waitBackendGone(t, pool, owner, life+10*time.Second)
+		if err := tx.Commit(ctx, record("slow", 1), time.Minute); !errors.Is(err, store.ErrNotOwner) {
+			t.Fatalf("a commit after the claim's life: %v, want store.ErrNotOwner", err)
+		}
+		if n := pay.count(t, key); n != 0 {
+			t.Fatalf("%d payments, want none", n)
+		}
+		claimTx(t, st, key, newClaim(1), store.Claimed).Rollback(ctx)
+		assertNoLocks(t, pool, st, key, a.Fingerprint)
+		return
+	}
+}
+
+// TestTxLateCommitAfterTheServerEndedIt: when the server has ended the
+// owner's session at the claim's life (the idle timeout the claim set)
+// before the store's watchdog ran, as a busy machine can make it, a
+// commit after that life still answers store.ErrNotOwner, as it does when
+// the watchdog ran first: not an outage, and nothing kept.
+func TestTxLateCommitAfterTheServerEndedIt(t *testing.T) {
+	pool := sharedPool(t)
+	st, table := newStore(t, pool)
+	pay := newPayments(t, pool, table)
+	ctx := context.Background()
 	key := newKey()
 	a := newClaim(1)
-	a.TTL = 50 * time.Millisecond
+	a.TTL = 300 * time.Millisecond
 	tx := claimTx(t, st, key, a, store.Claimed)
-	if err := pay.insert(tx.NewContext(context.Background()), key, "slow"); err != nil {
+	st.StopWatchdog(tx)
+	owner, err := pay.insertPID(tx.NewContext(ctx), key, "slow")
+	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if err := tx.Commit(context.Background(), record("slow", 1), time.Minute); !errors.Is(err, store.ErrNotOwner) {
-		t.Fatalf("a commit after the claim's life: %v, want store.ErrNotOwner", err)
+	waitBackendGone(t, pool, owner, a.TTL+10*time.Second)
+	if err := tx.Commit(ctx, record("slow", 1), time.Minute); !errors.Is(err, store.ErrNotOwner) {
+		t.Fatalf("a commit after the server ended the claim's transaction: %v, want store.ErrNotOwner", err)
 	}
 	if n := pay.count(t, key); n != 0 {
 		t.Fatalf("%d payments, want none", n)
 	}
-	claimTx(t, st, key, newClaim(1), store.Claimed).Rollback(context.Background())
-	assertNoLocks(t, pool, st, key, a.Fingerprint)
+	claimTx(t, st, key, newClaim(1), store.Claimed).Rollback(ctx)
 }
 
 // TestTxLateCommitFencedOnTheServer: the fence holds without the store's
