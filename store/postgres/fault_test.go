@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkey/idemkey/internal/faultproxy"
 	"github.com/idemkey/idemkey/internal/pgtest"
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/postgres"
@@ -226,7 +227,7 @@ func TestFaultLostCommitReply(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			proxy := pgtest.StartProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+			proxy := faultproxy.Start(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
 			host, port, _ := net.SplitHostPort(proxy.Addr)
 			n, _ := strconv.Atoi(port)
 			cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(n)

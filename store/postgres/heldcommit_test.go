@@ -1,123 +1,21 @@
 package postgres_test
 
 import (
-	"bytes"
 	"crypto/rand"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/idemkey/idemkey/internal/faultproxy"
 	"github.com/idemkey/idemkey/middleware"
 	"github.com/idemkey/idemkey/store/postgres"
 )
-
-// commitProxy is a TCP proxy in front of the shared server that, once
-// armed, takes the next write a client sends that holds match (any write
-// when match is nil) and either holds it (never sent: the server never
-// sees the COMMIT) or sends it and loses every reply after it; then,
-// when dropped, it cuts that connection, as a network failure would.
-type commitProxy struct {
-	addr  string
-	match []byte
-
-	mu      sync.Mutex
-	armed   bool
-	deliver bool          // send the write, lose the replies
-	held    chan struct{} // closed when a write was taken
-	drop    chan struct{} // closed to cut the connection
-}
-
-func newCommitProxy(t *testing.T, target string) *commitProxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	p := &commitProxy{addr: l.Addr().String()}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go p.pump(c, s)
-		}
-	}()
-	return p
-}
-
-// arm makes the proxy take the next matching write: held, or delivered
-// with its replies lost.
-func (p *commitProxy) arm(deliver bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.armed, p.deliver = true, deliver
-	p.held, p.drop = make(chan struct{}), make(chan struct{})
-}
-
-func (p *commitProxy) pump(c, s net.Conn) {
-	defer c.Close()
-	defer s.Close()
-	var lose sync.Once
-	lost := make(chan struct{})
-	go func() {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := s.Read(buf)
-			if err != nil {
-				c.Close()
-				return
-			}
-			select {
-			case <-lost:
-				continue // the replies after the taken write
-			default:
-			}
-			if _, err := c.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := c.Read(buf)
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		take := p.armed && (p.match == nil || bytes.Contains(bytes.ToLower(buf[:n]), p.match))
-		deliver, held, drop := p.deliver, p.held, p.drop
-		if take {
-			p.armed = false
-		}
-		p.mu.Unlock()
-		if take {
-			if deliver {
-				lose.Do(func() { close(lost) })
-				s.Write(buf[:n])
-			}
-			close(held)
-			<-drop
-			return // cut: both sides closed
-		}
-		if _, err := s.Write(buf[:n]); err != nil {
-			return
-		}
-	}
-}
 
 // TestCommitHeldThenDropped: the owner's commit is held at a proxy (the
 // server never sees it), a repeat meanwhile gets 409, then the connection
@@ -135,15 +33,16 @@ func TestCommitHeldThenDropped(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				proxy := newCommitProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-				host, port, _ := net.SplitHostPort(proxy.addr)
+				proxy := faultproxy.Start(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+				host, port, _ := net.SplitHostPort(proxy.Addr)
 				n, _ := strconv.Atoi(port)
 				cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(n)
 				var st *postgres.Store
 				var table string
 				opts := []postgres.Option{postgres.WithCommitTimeout(10 * time.Second)}
+				match := "" // the next write of any kind: the pipeline of the keep and COMMIT
 				if face == "sql" {
-					proxy.match = []byte("commit")
+					match = "commit"
 					sharedPool(t) // skips, or fails under CI, without a server
 					db := stdlib.OpenDB(*cfg.ConnConfig)
 					db.SetMaxOpenConns(4)
@@ -161,9 +60,10 @@ func TestCommitHeldThenDropped(t *testing.T) {
 				pay := newPayments(t, sharedPool(t), table)
 				// The handler arms the proxy after its insert, so that
 				// the next write on its connection is the commit's.
+				taking := make(chan *faultproxy.Take, 1)
 				h := &gateHandler{table: pay.name, sql: face == "sql", afterInsert: func(r *http.Request) {
 					if r.Header.Get("X-Arm") != "" {
-						proxy.arm(deliver)
+						taking <- proxy.Take(match, deliver)
 					}
 				}}
 				m, err := middleware.New(st)
@@ -181,16 +81,8 @@ func TestCommitHeldThenDropped(t *testing.T) {
 				key := rand.Text()
 				owner := make(chan answer, 1)
 				go func() { owner <- post(client, srv.URL, key, "X-Arm", "1") }()
-				proxy.mu.Lock()
-				held := proxy.held
-				proxy.mu.Unlock()
-				for held == nil {
-					time.Sleep(time.Millisecond)
-					proxy.mu.Lock()
-					held = proxy.held
-					proxy.mu.Unlock()
-				}
-				<-held
+				take := <-taking
+				<-take.Taken()
 				during := post(client, srv.URL, key)
 				t.Logf("a repeat while the commit is taken: %d replayed=%v", during.status, during.replayed)
 				if deliver {
@@ -201,7 +93,7 @@ func TestCommitHeldThenDropped(t *testing.T) {
 				} else if during.status != http.StatusConflict {
 					t.Fatalf("a repeat while the commit is held: %d replayed=%v %s, want 409", during.status, during.replayed, during.body)
 				}
-				close(proxy.drop)
+				take.Cut()
 				first := <-owner
 				t.Logf("the owner's client got %d", first.status)
 				if first.status != http.StatusServiceUnavailable {

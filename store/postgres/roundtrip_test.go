@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkey/idemkey/internal/pgtest"
+	"github.com/idemkey/idemkey/internal/faultproxy"
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/postgres"
 )
@@ -20,14 +20,14 @@ import (
 // proxied returns a pool of one connection to the shared server through a
 // proxy that counts round trips, and a tracer on the pool that counts them
 // as pgx makes them.
-func proxied(t *testing.T) (*pgxpool.Pool, *pgtest.Proxy, *trips) {
+func proxied(t *testing.T) (*pgxpool.Pool, *faultproxy.Proxy, *trips) {
 	t.Helper()
 	url := sharedURL(t)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := pgtest.StartProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	p := faultproxy.Start(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
 	host, port, _ := net.SplitHostPort(p.Addr)
 	n, _ := strconv.Atoi(port)
 	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(n)

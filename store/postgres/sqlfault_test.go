@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/idemkey/idemkey/internal/faultproxy"
 	"github.com/idemkey/idemkey/internal/pgtest"
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/postgres"
@@ -205,7 +206,7 @@ func TestSQLFaultLostCommitReply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := pgtest.StartProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	proxy := faultproxy.Start(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
 	st, _, pay := sqlFaultStore(t, url, proxy.Addr, 1, 5*time.Second)
 	ctx := context.Background()
 	key := newKey()

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/idemkey/idemkey/internal/pgtest"
+	"github.com/idemkey/idemkey/internal/faultproxy"
 	"github.com/idemkey/idemkey/store"
 	"github.com/idemkey/idemkey/store/postgres"
 )
@@ -26,7 +26,7 @@ func TestSQLRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := pgtest.StartProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	p := faultproxy.Start(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
 	host, port, _ := net.SplitHostPort(p.Addr)
 	n, _ := strconv.Atoi(port)
 	cfg.Host, cfg.Port = host, uint16(n)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkey/idemkey/internal/faultproxy"
 	"github.com/idemkey/idemkey/internal/pgtest"
 	"net"
 	"strconv"
@@ -89,7 +90,7 @@ func TestProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := pgtest.StartProxy(t, cfg.Host+":"+itoa(int(cfg.Port)))
+	p := faultproxy.Start(t, cfg.Host+":"+itoa(int(cfg.Port)))
 	cfg.Host, cfg.Port = "127.0.0.1", uint16(portOf(t, p.Addr))
 	ctx := context.Background()
 	c, err := pgx.ConnectConfig(ctx, cfg)
