@@ -125,7 +125,17 @@ func OpenBackend(ctx context.Context, cfg Config, logger *slog.Logger) (*Backend
 		client.Close()
 		return nil, fmt.Errorf("the Redis server does not answer: %w", err)
 	}
-	rep, err := st.Check(ctx)
+	// Each of Check's questions has the store's call budget (300 ms): on a
+	// machine busy starting many things at once, one can miss it. Ask
+	// again while the start budget lasts; a server that does not answer,
+	// or refuses, still fails the start.
+	cctx, cancel := context.WithTimeout(ctx, StartTimeout)
+	rep, err := st.Check(cctx)
+	for errors.Is(err, store.ErrUnavailable) && cctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+		rep, err = st.Check(cctx)
+	}
+	cancel()
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("checking the Redis server: %w", err)

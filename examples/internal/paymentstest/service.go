@@ -144,6 +144,23 @@ func (s *service) do(q req) reply {
 	return do(s.t, s.client, s.Service, q)
 }
 
+// doAgainOn503 is do, sent again while the answer is 503 unavailable, up
+// to ten times: on a loaded machine a store call can miss its budget, and
+// such a 503 says nothing ran, so a client sends the request again. For
+// the answers that hold while a first request is in flight (409, 422).
+func (s *service) doAgainOn503(q req) reply {
+	s.t.Helper()
+	rep := s.do(q)
+	for range 9 {
+		if rep.Status != http.StatusServiceUnavailable || rep.problem(s.t).Code != idemkey.CodeUnavailable {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+		rep = s.do(q)
+	}
+	return rep
+}
+
 // do sends q to base and reads the reply, failing the test on a
 // transport error. It must run on the test's goroutine.
 func do(t *testing.T, c *http.Client, base string, q req) reply {

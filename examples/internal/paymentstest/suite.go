@@ -273,7 +273,7 @@ func testConflict(t *testing.T, routes payments.Routes, b backend) {
 		t.Fatal("the first transfer never reached the bank")
 	}
 
-	rep := s.do(q)
+	rep := s.doAgainOn503(q)
 	if rep.Status != http.StatusConflict {
 		close(hold.release)
 		t.Fatalf("a repeat during the transfer got %d %s, want 409", rep.Status, rep.Body)
@@ -286,7 +286,7 @@ func testConflict(t *testing.T, routes payments.Routes, b backend) {
 	}
 	changed := q
 	changed.body = transfer(26, "acct-bob")
-	if rep := s.do(changed); rep.Status != http.StatusUnprocessableEntity || rep.problem(t).Code != idemkey.CodeKeyReused {
+	if rep := s.doAgainOn503(changed); rep.Status != http.StatusUnprocessableEntity || rep.problem(t).Code != idemkey.CodeKeyReused {
 		t.Errorf("a different transfer under the key in flight got %d %s, want 422 %s", rep.Status, rep.Body, idemkey.CodeKeyReused)
 	}
 
