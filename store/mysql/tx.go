@@ -201,10 +201,12 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 			return nil, false, nil
 		}
 		txCancel()
-		s.letGo(conn, r.connID, nil, nil)
+		kl, _ := s.locks(key, c.Fingerprint)
+		s.letGo(conn, r.connID, kl, nil, nil)
 		return nil, false, nil
 	}
-	t := &requestTx{s: s, conn: conn, tx: tx, cancel: txCancel, key: key, token: c.Token, fp: c.Fingerprint, life: c.TTL,
+	kl, _ := s.locks(key, c.Fingerprint)
+	t := &requestTx{s: s, conn: conn, tx: tx, cancel: txCancel, key: key, kl: kl, token: c.Token, fp: c.Fingerprint, life: c.TTL,
 		deadlineUS: r.nowUS + microsOf(c.TTL), connID: r.connID}
 	t.watch(c.TTL)
 	return t, true, nil
@@ -261,6 +263,7 @@ type requestTx struct {
 	tx     *sql.Tx
 	cancel context.CancelFunc // the transaction's context
 	key    string
+	kl     string // the key's named lock ("" with no key)
 	token  string
 	fp     [32]byte      // the claim's fingerprint
 	life   time.Duration // the claim's
@@ -284,7 +287,7 @@ type requestTx struct {
 // which letGo ends after tx's ROLLBACK.
 func (t *requestTx) giveBack(tx *sql.Tx) {
 	t.handed = true
-	t.s.letGo(t.conn, t.connID, tx, t.cancel)
+	t.s.letGo(t.conn, t.connID, t.kl, tx, t.cancel)
 }
 
 // drop rolls the transaction back as database/sql sees it and closes the
@@ -464,8 +467,7 @@ func (t *requestTx) commitAlone(ctx context.Context, rec *store.Record, header [
 		t.drop()
 		return unavailable("commit", err)
 	}
-	kl, _ := t.s.locks(t.key, t.fp)
-	stmt, args := t.s.sql.keepAlone(t.key, kl, t.token, rec, header, ret, t.deadlineUS)
+	stmt, args := t.s.sql.keepAlone(t.key, t.kl, t.token, rec, header, ret, t.deadlineUS)
 	res, err := t.tx.ExecContext(ctx, stmt, args...)
 	if isNumber(err, errTableNotLocked) {
 		// Tables the handler locked (LOCK TABLES) refuse the record's:
@@ -535,7 +537,7 @@ func (t *requestTx) commitOutside(ctx context.Context, rec *store.Record, header
 		t.s.discard(t.conn, t.connID)
 		return unavailable("commit", err)
 	}
-	if err := t.s.release(ctx, t.conn, t.connID); err != nil && n != 1 {
+	if err := t.s.release(ctx, t.conn, t.connID, t.kl); err != nil && n != 1 {
 		return unavailable("commit", err)
 	}
 	if n != 1 {
@@ -585,13 +587,13 @@ func (t *requestTx) Rollback(ctx context.Context) error {
 	}
 	var held bool
 	var released sql.NullInt64
-	err := t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.token)).Scan(&held, &released)
+	err := t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.kl, t.token)).Scan(&held, &released)
 	if isNumber(err, errTableNotLocked) {
 		// The handler took LOCK TABLES, which committed the transaction
 		// up to it, the claim with it (as DDL does); what it wrote since
 		// is rolled back. The tables are let go of, and the claim read.
 		if _, err = t.tx.ExecContext(ctx, unlockTables); err == nil {
-			err = t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.token)).Scan(&held, &released)
+			err = t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.kl, t.token)).Scan(&held, &released)
 		}
 	}
 	if err != nil {
