@@ -191,6 +191,13 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 		// nothing was written; ask again.
 		n, err = 0, nil
 	}
+	if err == nil && n == 1 && callCtx.Err() != nil {
+		// The write landed, and the call's budget ended before its
+		// answer was taken: the driver closes a connection whose
+		// context ends while it waits, the claim's session with it, and
+		// may have done so already. The claim is not handed out.
+		err = context.Cause(callCtx)
+	}
 	if err != nil {
 		return fail(err)
 	}
