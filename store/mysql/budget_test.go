@@ -25,8 +25,10 @@ import (
 type lateReply struct {
 	net.Conn
 	l *lateReplies
-	// waiting: the chosen statement was sent, its reply is to be held.
+	// waiting: the chosen statement was sent, its reply is to be held
+	// until until.
 	waiting atomic.Bool
+	until   time.Time
 }
 
 // lateReplies arms the connections dialled through it.
@@ -38,17 +40,21 @@ type lateReplies struct {
 }
 
 // arm makes the next write that contains match have its reply held until
-// until.
+// until; an empty match disarms.
 func (l *lateReplies) arm(match string, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.match, l.until = []byte(match), until
+	l.match, l.until = nil, until
+	if match != "" {
+		l.match = []byte(match)
+	}
 }
 
 func (c *lateReply) Write(b []byte) (int, error) {
 	c.l.mu.Lock()
 	if c.l.match != nil && bytes.Contains(b, c.l.match) {
 		c.l.match = nil
+		c.until = c.l.until
 		c.waiting.Store(true)
 	}
 	c.l.mu.Unlock()
@@ -58,11 +64,8 @@ func (c *lateReply) Write(b []byte) (int, error) {
 func (c *lateReply) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 && c.waiting.Swap(false) {
-		c.l.mu.Lock()
-		until := c.l.until
-		c.l.mu.Unlock()
 		c.l.held.Add(1)
-		time.Sleep(time.Until(until))
+		time.Sleep(time.Until(c.until))
 	}
 	return n, err
 }
@@ -166,4 +169,63 @@ func TestClaimedNearTheBudget(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWatchdogFromTheClaim: the claim's life is counted from its first
+// statement (the server's clock reading that fences its keep), and so is
+// the watchdog that ends the session of an owner still running at that
+// life: the reply to the claim's INSERT is held back 500 ms, the claim
+// lives 800 ms, and the key is free for the next request soon after 800
+// ms from the start, not 800 ms after the claim was handed out. A claim
+// whose life ended before its write's reply came (its INSERT's reply held
+// back past it) is not handed out as Claimed: its keep would be fenced,
+// and the handler would run for nothing.
+func TestWatchdogFromTheClaim(t *testing.T) {
+	db, late := openLateDB(t)
+	st, table := newStore(t, db, mysql.WithCallTimeout(5*time.Second))
+	insert := "INSERT INTO `" + table + "` (k, token"
+	t.Run("Lapses", func(t *testing.T) {
+		const life, held = 800 * time.Millisecond, 500 * time.Millisecond
+		key, c := newKey(), newClaim(1)
+		c.TTL = life
+		before := late.held.Load()
+		start := time.Now()
+		late.arm(insert, start.Add(held))
+		res, tx, err := st.ClaimTx(context.Background(), key, c)
+		late.arm("", time.Time{})
+		if late.held.Load() == before {
+			t.Fatalf("the claim's write was not seen (%v %v)", res.State, err)
+		}
+		if err != nil || res.State != store.Claimed {
+			t.Fatalf("ClaimTx: %v %v", res.State, err)
+		}
+		defer tx.Rollback(context.Background())
+		for heldLocks(t, db, st, key, c.Fingerprint) != 0 {
+			if since := time.Since(start); since > life+300*time.Millisecond {
+				t.Fatalf("the claim's locks still held %v after its first statement, its life %v (its write answered after %v)", since.Round(time.Millisecond), life, held)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		t.Logf("the key was free %v after the claim began (life %v)", time.Since(start).Round(time.Millisecond), life)
+	})
+	t.Run("OverBeforeHandedOut", func(t *testing.T) {
+		const life, held = 200 * time.Millisecond, 400 * time.Millisecond
+		key, c := newKey(), newClaim(1)
+		c.TTL = life
+		before := late.held.Load()
+		late.arm(insert, time.Now().Add(held))
+		res, tx, err := st.ClaimTx(context.Background(), key, c)
+		late.arm("", time.Time{})
+		if late.held.Load() == before {
+			t.Fatalf("the claim's write was not seen (%v %v)", res.State, err)
+		}
+		if res.State == store.Claimed {
+			err := tx.Commit(context.Background(), record(c.Fingerprint, 201), time.Hour)
+			t.Fatalf("ClaimTx answered Claimed, its write's reply held %v, past its life of %v (the Commit then: %v)", held, life, err)
+		}
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("ClaimTx whose life ended before its write answered: %v %v, want an error wrapping store.ErrUnavailable", res.State, err)
+		}
+		noLocks(t, db, st, key, c.Fingerprint)
+	})
 }

@@ -109,6 +109,10 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 			return store.Result{}, nil, err
 		}
 		r, err := s.readClaim(callCtx, conn, key, c)
+		// The claim's life is counted from here, which is after the
+		// server's clock reading that its keep is fenced by (r.nowUS):
+		// the watchdog never ends a session before that life is over.
+		read := time.Now()
 		if err != nil {
 			s.discard(conn, 0)
 			if connLost(callCtx, err) {
@@ -126,7 +130,7 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 			conn.Close()
 			continue
 		case gotBoth:
-			tx, claimed, err := s.begin(ctx, callCtx, conn, r, key, c, life)
+			tx, claimed, err := s.begin(ctx, callCtx, conn, r, read, key, c, life)
 			switch {
 			case err != nil && (connLost(callCtx, err) || isNumber(err, errLockDeadlock)):
 				lastErr = err
@@ -158,8 +162,11 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 // claim's locks, and writes the claim's row in it. It reports false (the
 // transaction rolled back, the locks let go of) when the row changed
 // after the first statement read it. On an error the connection is closed
-// and its session killed.
-func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, key string, c store.Claim, life int64) (*requestTx, bool, error) {
+// and its session killed. The claim's life (c.TTL) runs from read, when
+// the first statement had answered: the watchdog ends the session at that
+// life, and a claim whose life is over before its row is written is not
+// handed out.
+func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, read time.Time, key string, c store.Claim, life int64) (*requestTx, bool, error) {
 	// The transaction's context is the request's without its end: the
 	// middleware ends the transaction, and database/sql would roll back
 	// at the context's end, behind its back.
@@ -198,6 +205,12 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 		// may have done so already. The claim is not handed out.
 		err = context.Cause(callCtx)
 	}
+	left := c.TTL - time.Since(read)
+	if err == nil && n == 1 && left <= 0 {
+		// The claim's life ended while it was being made: its keep
+		// would be fenced, and the handler would run for nothing.
+		err = fmt.Errorf("the claim's life (%v) ended before its row was written", c.TTL)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -215,7 +228,7 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 	kl, _ := s.locks(key, c.Fingerprint)
 	t := &requestTx{s: s, conn: conn, tx: tx, cancel: txCancel, key: key, kl: kl, token: c.Token, fp: c.Fingerprint, life: c.TTL,
 		deadlineUS: r.nowUS + microsOf(c.TTL), connID: r.connID}
-	t.watch(c.TTL)
+	t.watch(left)
 	return t, true, nil
 }
 
