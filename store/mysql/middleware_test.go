@@ -246,14 +246,22 @@ func TestMiddlewareKilledSession(t *testing.T) {
 }
 
 // TestMiddlewareLapse: a handler that ignores its context outlives its
-// claim; the retry takes the key over at the claim's end and runs; the
-// late owner's commit is fenced (its client gets 503), and the retry's
-// payment is the only one.
+// claim (the route's deadline, 1 s, plus ClaimMargin); the retry takes the
+// key over at the claim's end and runs; the late owner's commit is fenced
+// (its client gets 503), and the retry's payment is the only one. The
+// deadline also bounds the retry, its claim and its handler's insert from
+// the request's start: 100 ms, as it was, was outrun on a loaded machine
+// (the insert failed on the ended context, a 500).
 func TestMiddlewareLapse(t *testing.T) {
 	db := sharedDB(t)
 	st, _ := newStore(t, db)
 	h := &payHandler{pay: newPayments(t, db), inserted: make(chan int64, 2), block: make(chan struct{})}
-	srv := server(t, st, h, 100*time.Millisecond)
+	srv := server(t, st, h, time.Second)
+	// A failure below must not leave the owner's handler blocked, which
+	// would hold the server's Close (and the test) for ever. (Cleanups
+	// run last first: this one before the server's Close.)
+	release := sync.OnceFunc(func() { close(h.block) })
+	t.Cleanup(release)
 	key := rand.Text()
 	first := make(chan answer, 1)
 	go func() { first <- post(srv.URL, key, payBody, "X-Block", "1") }()
@@ -269,7 +277,7 @@ func TestMiddlewareLapse(t *testing.T) {
 		t.Fatalf("the retry: %d replayed=%v %s, want a first 201", retry.status, retry.replayed, retry.body)
 	}
 	<-h.inserted
-	close(h.block)
+	release()
 	if a := <-first; a.status != http.StatusServiceUnavailable {
 		t.Errorf("the late owner's client got %d %s, want 503", a.status, a.body)
 	}
