@@ -37,6 +37,17 @@ type lateReplies struct {
 	match []byte
 	until time.Time
 	held  atomic.Int64 // replies held back
+	// slow and slowFor: the next write that contains slow is sent only
+	// after slowFor.
+	slow    []byte
+	slowFor time.Duration
+}
+
+// delay makes the next write that contains match wait d before it is sent.
+func (l *lateReplies) delay(match string, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.slow, l.slowFor = []byte(match), d
 }
 
 // arm makes the next write that contains match have its reply held until
@@ -57,7 +68,12 @@ func (c *lateReply) Write(b []byte) (int, error) {
 		c.until = c.l.until
 		c.waiting.Store(true)
 	}
+	var wait time.Duration
+	if c.l.slow != nil && bytes.Contains(b, c.l.slow) {
+		c.l.slow, wait = nil, c.l.slowFor
+	}
 	c.l.mu.Unlock()
+	time.Sleep(wait)
 	return c.Conn.Write(b)
 }
 
@@ -228,4 +244,46 @@ func TestWatchdogFromTheClaim(t *testing.T) {
 		}
 		noLocks(t, db, st, key, c.Fingerprint)
 	})
+}
+
+// TestAskAgainWithoutItsLocks: a transactional claim whose takeover of a
+// lapsed row finds the row changed after its first statement read it (here
+// deleted, as the sweeper does) asks again, and it must not meet the locks
+// it took the first time: it lets go of them before it asks. The first
+// statement's reply is held back while the row is deleted, and the
+// statement that lets go of the locks is sent 300 ms late.
+func TestAskAgainWithoutItsLocks(t *testing.T) {
+	db, late := openLateDB(t)
+	st, table := newStore(t, db, mysql.WithCallTimeout(5*time.Second))
+	key, c := newKey(), newClaim(1)
+	lapsed := newClaim(2)
+	lapsed.TTL = time.Millisecond
+	if res, err := st.Claim(context.Background(), key, lapsed); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim: %v %v", res.State, err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	before := late.held.Load()
+	late.arm("GET_LOCK(", time.Now().Add(200*time.Millisecond))
+	late.delay("SET autocommit = IF(", 300*time.Millisecond) // the statement that lets go of the locks
+	deleted := make(chan error, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_, err := sharedDB(t).Exec("DELETE FROM `"+table+"` WHERE k = ?", key)
+		deleted <- err
+	}()
+	res, tx, err := st.ClaimTx(context.Background(), key, c)
+	late.arm("", time.Time{})
+	late.delay("", 0)
+	if err := <-deleted; err != nil {
+		t.Fatal(err)
+	}
+	if late.held.Load() == before {
+		t.Fatalf("the claim's first statement was not seen (%v %v)", res.State, err)
+	}
+	if err != nil || res.State != store.Claimed {
+		t.Fatalf("ClaimTx of a key whose lapsed row went after its first statement: %v (fingerprint %x) %v, want Claimed", res.State, res.Fingerprint[:1], err)
+	}
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }

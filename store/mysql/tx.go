@@ -215,14 +215,19 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 		return fail(err)
 	}
 	if n != 1 {
+		// The caller asks again, on another connection: the locks are
+		// let go of first, not in the background, or it would meet
+		// them, held for itself, and answer in flight.
 		if err := tx.Rollback(); err != nil {
 			txCancel()
 			s.discard(conn, r.connID)
-			return nil, false, nil
+			return nil, false, err
 		}
 		txCancel()
 		kl, _ := s.locks(key, c.Fingerprint)
-		s.letGo(conn, r.connID, kl, nil, nil)
+		if err := s.release(callCtx, conn, r.connID, kl); err != nil {
+			return nil, false, err
+		}
 		return nil, false, nil
 	}
 	kl, _ := s.locks(key, c.Fingerprint)
