@@ -29,7 +29,17 @@ type payHandler struct {
 	runs     atomic.Int64
 	inserted chan int64 // the session's id, after each insert, when not nil
 	block    chan struct{}
+	unblockd sync.Once
 }
+
+// unblock lets the blocked handlers go on (once; later calls do nothing).
+func (h *payHandler) unblock() { h.unblockd.Do(func() { close(h.block) }) }
+
+// unblockAtEnd lets the blocked handlers go on when the test ends, also
+// when it fails half way: a handler left blocked would hold the server's
+// Close, and the test, for ever. Call it after server, whose Close then
+// runs after it (cleanups run last first).
+func (h *payHandler) unblockAtEnd(t testing.TB) { t.Cleanup(h.unblock) }
 
 func (h *payHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.runs.Add(1)
@@ -162,6 +172,7 @@ func TestMiddlewareInFlight(t *testing.T) {
 	st, _ := newStore(t, db)
 	h := &payHandler{pay: newPayments(t, db), inserted: make(chan int64, 1), block: make(chan struct{})}
 	srv := server(t, st, h, 30*time.Second)
+	h.unblockAtEnd(t)
 	key := rand.Text()
 	first := make(chan answer, 1)
 	go func() { first <- post(srv.URL, key, payBody, "X-Block", "1") }()
@@ -172,7 +183,7 @@ func TestMiddlewareInFlight(t *testing.T) {
 	if a := post(srv.URL, key, `{"amount":11,"currency":"EUR"}`); a.status != http.StatusUnprocessableEntity {
 		t.Fatalf("another body in flight: %d %s, want 422", a.status, a.body)
 	}
-	close(h.block)
+	h.unblock()
 	a := <-first
 	if a.status != 201 || a.replayed {
 		t.Fatalf("the first request: %d replayed=%v", a.status, a.replayed)
@@ -218,6 +229,7 @@ func TestMiddlewareKilledSession(t *testing.T) {
 	st, _ := newStore(t, db)
 	h := &payHandler{pay: newPayments(t, db), inserted: make(chan int64, 2), block: make(chan struct{})}
 	srv := server(t, st, h, 30*time.Second)
+	h.unblockAtEnd(t)
 	key := rand.Text()
 	first := make(chan answer, 1)
 	go func() { first <- post(srv.URL, key, payBody, "X-Block", "1") }()
@@ -236,7 +248,7 @@ func TestMiddlewareKilledSession(t *testing.T) {
 	if retry.status != 201 || retry.replayed {
 		t.Fatalf("the retry: %d replayed=%v %s, want a first 201", retry.status, retry.replayed, retry.body)
 	}
-	close(h.block)
+	h.unblock()
 	if a := <-first; a.status != http.StatusServiceUnavailable {
 		t.Errorf("the killed owner's client got %d %s, want 503", a.status, a.body)
 	}
@@ -257,11 +269,7 @@ func TestMiddlewareLapse(t *testing.T) {
 	st, _ := newStore(t, db)
 	h := &payHandler{pay: newPayments(t, db), inserted: make(chan int64, 2), block: make(chan struct{})}
 	srv := server(t, st, h, time.Second)
-	// A failure below must not leave the owner's handler blocked, which
-	// would hold the server's Close (and the test) for ever. (Cleanups
-	// run last first: this one before the server's Close.)
-	release := sync.OnceFunc(func() { close(h.block) })
-	t.Cleanup(release)
+	h.unblockAtEnd(t)
 	key := rand.Text()
 	first := make(chan answer, 1)
 	go func() { first <- post(srv.URL, key, payBody, "X-Block", "1") }()
@@ -277,7 +285,7 @@ func TestMiddlewareLapse(t *testing.T) {
 		t.Fatalf("the retry: %d replayed=%v %s, want a first 201", retry.status, retry.replayed, retry.body)
 	}
 	<-h.inserted
-	release()
+	h.unblock()
 	if a := <-first; a.status != http.StatusServiceUnavailable {
 		t.Errorf("the late owner's client got %d %s, want 503", a.status, a.body)
 	}
