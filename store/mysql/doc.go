@@ -122,8 +122,9 @@
 // statements over several server connections breaks that (New checks that
 // a lock taken on one connection is seen held by it from another, and
 // refuses a server where it is not with ErrLocksNotReal). When a request
-// ends the store lets go of every named lock of its session
-// (RELEASE_ALL_LOCKS) before the connection goes back to the pool, or
+// ends the store lets go of every named lock of its session (the key's
+// first, then RELEASE_ALL_LOCKS, whose own order depends on the locks'
+// names) before the connection goes back to the pool, or
 // closes the connection and kills its session when it cannot.
 //
 // # Statements and round trips
@@ -160,8 +161,8 @@
 // still running) lands in a transaction that is rolled back, never
 // committing on its own. After the answer goes out, the *sql.Tx is ended
 // for database/sql with a ROLLBACK of that chained transaction, and the
-// claim's locks are let go of (RELEASE_ALL_LOCKS, in the statement that
-// turns autocommit back on): the two round trips not waited for.
+// claim's locks are let go of (the key's, then RELEASE_ALL_LOCKS, in the
+// statement that turns autocommit back on): the two round trips not waited for.
 //
 // Autocommit is off while a request's transaction runs (SET autocommit =
 // 0 before it begins). A transaction the server rolls back by itself (a

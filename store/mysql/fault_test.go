@@ -154,12 +154,13 @@ func TestFaultServerKilled(t *testing.T) {
 	st, _ := newStore(t, db, mysql.WithCallTimeout(time.Second))
 	h := &payHandler{pay: newPayments(t, db), inserted: make(chan int64, 4), block: make(chan struct{})}
 	srv := server(t, st, h, 30*time.Second)
+	h.unblockAtEnd(t)
 	key := rand.Text()
 	first := make(chan answer, 1)
 	go func() { first <- post(srv.URL, key, payBody, "X-Block", "1") }()
 	<-h.inserted
 	m.kill9()
-	close(h.block)
+	h.unblock()
 	if a := <-first; a.status != http.StatusServiceUnavailable {
 		t.Fatalf("the owner's client, its server killed: %d %s, want 503", a.status, a.body)
 	}
@@ -206,6 +207,7 @@ func TestFaultPoolExhausted(t *testing.T) {
 	st, _ := newStore(t, db, mysql.WithCallTimeout(200*time.Millisecond))
 	h := &payHandler{pay: newPayments(t, db), inserted: make(chan int64, 3), block: make(chan struct{})}
 	srv := server(t, st, h, 30*time.Second)
+	h.unblockAtEnd(t)
 	done := make(chan answer, 3)
 	for range 3 {
 		go func() { done <- post(srv.URL, rand.Text(), payBody, "X-Block", "1") }()
@@ -218,7 +220,7 @@ func TestFaultPoolExhausted(t *testing.T) {
 	if h.runs.Load() != runs {
 		t.Fatal("the handler ran without a connection")
 	}
-	close(h.block)
+	h.unblock()
 	for range 3 {
 		if a := <-done; a.status != 201 {
 			t.Fatalf("a blocked request: %d %s", a.status, a.body)

@@ -1,118 +1,16 @@
 package mysql_test
 
 import (
-	"bytes"
 	"crypto/rand"
 	"net"
 	"net/http"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkey/idemkey/internal/faultproxy"
 	"github.com/idemkey/idemkey/store/mysql"
 )
-
-// commitProxy is a TCP proxy in front of the shared server that, once
-// armed, takes the next write a client sends that holds match (any write
-// when match is nil) and either holds it (never sent: the server never
-// sees the COMMIT) or sends it and loses every reply after it; then,
-// when dropped, it cuts that connection, as a network failure would.
-type commitProxy struct {
-	addr  string
-	match []byte
-
-	mu      sync.Mutex
-	armed   bool
-	deliver bool          // send the write, lose the replies
-	held    chan struct{} // closed when a write was taken
-	drop    chan struct{} // closed to cut the connection
-}
-
-func newCommitProxy(t *testing.T, target string) *commitProxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	p := &commitProxy{addr: l.Addr().String()}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go p.pump(c, s)
-		}
-	}()
-	return p
-}
-
-// arm makes the proxy take the next matching write: held, or delivered
-// with its replies lost.
-func (p *commitProxy) arm(deliver bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.armed, p.deliver = true, deliver
-	p.held, p.drop = make(chan struct{}), make(chan struct{})
-}
-
-func (p *commitProxy) pump(c, s net.Conn) {
-	defer c.Close()
-	defer s.Close()
-	var lose sync.Once
-	lost := make(chan struct{})
-	go func() {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := s.Read(buf)
-			if err != nil {
-				c.Close()
-				return
-			}
-			select {
-			case <-lost:
-				continue // the replies after the taken write
-			default:
-			}
-			if _, err := c.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := c.Read(buf)
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		take := p.armed && (p.match == nil || bytes.Contains(bytes.ToLower(buf[:n]), p.match))
-		deliver, held, drop := p.deliver, p.held, p.drop
-		if take {
-			p.armed = false
-		}
-		p.mu.Unlock()
-		if take {
-			if deliver {
-				lose.Do(func() { close(lost) })
-				s.Write(buf[:n])
-			}
-			close(held)
-			<-drop
-			return // cut: both sides closed
-		}
-		if _, err := s.Write(buf[:n]); err != nil {
-			return
-		}
-	}
-}
 
 // TestCommitHeldThenDropped: the owner's COMMIT is held at a proxy (the
 // server never sees it), a repeat meanwhile gets 409, then the connection
@@ -134,17 +32,20 @@ func TestCommitHeldThenDropped(t *testing.T) {
 			if u.Port() == "" {
 				target = net.JoinHostPort(u.Hostname(), "3306")
 			}
-			proxy := newCommitProxy(t, target)
+			proxy := faultproxy.Start(t, target)
 			// A COM_QUERY whose text starts with COMMIT (not the
 			// store's SET autocommit).
-			proxy.match = []byte("\x03commit")
-			u.Host = proxy.addr
+			const match = "\x03commit"
+			u.Host = proxy.Addr
 			db := openDB(t, u.String(), 4)
 			st, table := newStore(t, db)
 			h := &sessionHandler{pay: newPayments(t, sharedDB(t))}
+			// The handler arms the proxy after its insert, so that the
+			// next COMMIT through the proxy is the owner's.
+			taking := make(chan *faultproxy.Take, 1)
 			h.afterInsert = func(r *http.Request) {
 				if r.Header.Get("X-Arm") != "" {
-					proxy.arm(deliver)
+					taking <- proxy.Take(match, deliver)
 				}
 			}
 			srv := server(t, st, h, 10*time.Second)
@@ -190,14 +91,8 @@ func TestCommitHeldThenDropped(t *testing.T) {
 			key := rand.Text()
 			owner := make(chan answer, 1)
 			go func() { owner <- post(srv.URL, key, payBody, "X-Arm", "1") }()
-			var held chan struct{}
-			for held == nil {
-				time.Sleep(time.Millisecond)
-				proxy.mu.Lock()
-				held = proxy.held
-				proxy.mu.Unlock()
-			}
-			<-held
+			take := <-taking
+			<-take.Taken()
 			for range 4 {
 				d := post(srv2.URL, key, payBody)
 				t.Logf("a repeat at READ UNCOMMITTED while the COMMIT is taken: %d replayed=%v", d.status, d.replayed)
@@ -214,7 +109,7 @@ func TestCommitHeldThenDropped(t *testing.T) {
 			} else if during.status != http.StatusConflict {
 				t.Fatalf("a repeat while the COMMIT is held: %d replayed=%v %s, want 409", during.status, during.replayed, during.body)
 			}
-			close(proxy.drop)
+			take.Cut()
 			first := <-owner
 			t.Logf("the owner's client got %d", first.status)
 			if first.status != http.StatusServiceUnavailable {

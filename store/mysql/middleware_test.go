@@ -29,7 +29,17 @@ type payHandler struct {
 	runs     atomic.Int64
 	inserted chan int64 // the session's id, after each insert, when not nil
 	block    chan struct{}
+	unblockd sync.Once
 }
+
+// unblock lets the blocked handlers go on (once; later calls do nothing).
+func (h *payHandler) unblock() { h.unblockd.Do(func() { close(h.block) }) }
+
+// unblockAtEnd lets the blocked handlers go on when the test ends, also
+// when it fails half way: a handler left blocked would hold the server's
+// Close, and the test, for ever. Call it after server, whose Close then
+// runs after it (cleanups run last first).
+func (h *payHandler) unblockAtEnd(t testing.TB) { t.Cleanup(h.unblock) }
 
 func (h *payHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.runs.Add(1)
@@ -162,6 +172,7 @@ func TestMiddlewareInFlight(t *testing.T) {
 	st, _ := newStore(t, db)
 	h := &payHandler{pay: newPayments(t, db), inserted: make(chan int64, 1), block: make(chan struct{})}
 	srv := server(t, st, h, 30*time.Second)
+	h.unblockAtEnd(t)
 	key := rand.Text()
 	first := make(chan answer, 1)
 	go func() { first <- post(srv.URL, key, payBody, "X-Block", "1") }()
@@ -172,7 +183,7 @@ func TestMiddlewareInFlight(t *testing.T) {
 	if a := post(srv.URL, key, `{"amount":11,"currency":"EUR"}`); a.status != http.StatusUnprocessableEntity {
 		t.Fatalf("another body in flight: %d %s, want 422", a.status, a.body)
 	}
-	close(h.block)
+	h.unblock()
 	a := <-first
 	if a.status != 201 || a.replayed {
 		t.Fatalf("the first request: %d replayed=%v", a.status, a.replayed)
@@ -218,6 +229,7 @@ func TestMiddlewareKilledSession(t *testing.T) {
 	st, _ := newStore(t, db)
 	h := &payHandler{pay: newPayments(t, db), inserted: make(chan int64, 2), block: make(chan struct{})}
 	srv := server(t, st, h, 30*time.Second)
+	h.unblockAtEnd(t)
 	key := rand.Text()
 	first := make(chan answer, 1)
 	go func() { first <- post(srv.URL, key, payBody, "X-Block", "1") }()
@@ -236,7 +248,7 @@ func TestMiddlewareKilledSession(t *testing.T) {
 	if retry.status != 201 || retry.replayed {
 		t.Fatalf("the retry: %d replayed=%v %s, want a first 201", retry.status, retry.replayed, retry.body)
 	}
-	close(h.block)
+	h.unblock()
 	if a := <-first; a.status != http.StatusServiceUnavailable {
 		t.Errorf("the killed owner's client got %d %s, want 503", a.status, a.body)
 	}
@@ -246,14 +258,18 @@ func TestMiddlewareKilledSession(t *testing.T) {
 }
 
 // TestMiddlewareLapse: a handler that ignores its context outlives its
-// claim; the retry takes the key over at the claim's end and runs; the
-// late owner's commit is fenced (its client gets 503), and the retry's
-// payment is the only one.
+// claim (the route's deadline, 1 s, plus ClaimMargin); the retry takes the
+// key over at the claim's end and runs; the late owner's commit is fenced
+// (its client gets 503), and the retry's payment is the only one. The
+// deadline also bounds the retry, its claim and its handler's insert from
+// the request's start: 100 ms, as it was, was outrun on a loaded machine
+// (the insert failed on the ended context, a 500).
 func TestMiddlewareLapse(t *testing.T) {
 	db := sharedDB(t)
 	st, _ := newStore(t, db)
 	h := &payHandler{pay: newPayments(t, db), inserted: make(chan int64, 2), block: make(chan struct{})}
-	srv := server(t, st, h, 100*time.Millisecond)
+	srv := server(t, st, h, time.Second)
+	h.unblockAtEnd(t)
 	key := rand.Text()
 	first := make(chan answer, 1)
 	go func() { first <- post(srv.URL, key, payBody, "X-Block", "1") }()
@@ -269,7 +285,7 @@ func TestMiddlewareLapse(t *testing.T) {
 		t.Fatalf("the retry: %d replayed=%v %s, want a first 201", retry.status, retry.replayed, retry.body)
 	}
 	<-h.inserted
-	close(h.block)
+	h.unblock()
 	if a := <-first; a.status != http.StatusServiceUnavailable {
 		t.Errorf("the late owner's client got %d %s, want 503", a.status, a.body)
 	}

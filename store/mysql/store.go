@@ -398,7 +398,8 @@ func (s *Store) Claim(ctx context.Context, key string, c store.Claim) (store.Res
 			if err == nil {
 				n, err = res.RowsAffected()
 			}
-			s.letGo(conn, r.connID, nil, nil)
+			kl, _ := s.locks(key, c.Fingerprint)
+			s.letGo(conn, r.connID, kl, nil, nil)
 			if err != nil {
 				if isNumber(err, errDupKey) || connLost(ctx, err) {
 					lastErr = err
@@ -436,14 +437,14 @@ func waitFor(ctx context.Context) time.Duration {
 	return wait
 }
 
-// letGo lets go of every named lock conn holds and gives it back to the
-// pool, in the background. A connection that fails this is closed, and
+// letGo lets go of every named lock conn holds, the key's lock kl first
+// (letGoOfLocks), and gives it back to the pool, in the background. A connection that fails this is closed, and
 // its session killed, which releases its locks on the server. cancel,
 // when not nil, ends tx's context once tx is rolled back, not before:
 // database/sql rolls back a transaction whose context ends on a goroutine
 // of its own, which could then run after the statement that lets go of
 // the locks and turns autocommit on, which commits what is open.
-func (s *Store) letGo(conn *sql.Conn, connID int64, tx *sql.Tx, cancel context.CancelFunc) {
+func (s *Store) letGo(conn *sql.Conn, connID int64, kl string, tx *sql.Tx, cancel context.CancelFunc) {
 	s.bg.run(func() {
 		if cancel != nil {
 			defer cancel()
@@ -466,14 +467,15 @@ func (s *Store) letGo(conn *sql.Conn, connID int64, tx *sql.Tx, cancel context.C
 		}
 		ctx, stop := context.WithTimeout(context.Background(), s.commitTimeout)
 		defer stop()
-		s.release(ctx, conn, connID)
+		s.release(ctx, conn, connID, kl)
 	})
 }
 
-// release lets go of every named lock conn holds and gives it back to the
-// pool; it closes a connection that fails this, and kills its session.
-func (s *Store) release(ctx context.Context, conn *sql.Conn, connID int64) error {
-	if _, err := conn.ExecContext(ctx, releaseLocks); err != nil {
+// release lets go of every named lock conn holds, the key's lock kl first,
+// and gives it back to the pool; it closes a connection that fails this,
+// and kills its session.
+func (s *Store) release(ctx context.Context, conn *sql.Conn, connID int64, kl string) error {
+	if _, err := conn.ExecContext(ctx, releaseLocks(kl)); err != nil {
 		s.discard(conn, connID)
 		return err
 	}

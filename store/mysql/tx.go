@@ -109,6 +109,10 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 			return store.Result{}, nil, err
 		}
 		r, err := s.readClaim(callCtx, conn, key, c)
+		// The claim's life is counted from here, which is after the
+		// server's clock reading that its keep is fenced by (r.nowUS):
+		// the watchdog never ends a session before that life is over.
+		read := time.Now()
 		if err != nil {
 			s.discard(conn, 0)
 			if connLost(callCtx, err) {
@@ -126,7 +130,7 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 			conn.Close()
 			continue
 		case gotBoth:
-			tx, claimed, err := s.begin(ctx, callCtx, conn, r, key, c, life)
+			tx, claimed, err := s.begin(ctx, callCtx, conn, r, read, key, c, life)
 			switch {
 			case err != nil && (connLost(callCtx, err) || isNumber(err, errLockDeadlock)):
 				lastErr = err
@@ -158,8 +162,11 @@ func (s *Store) ClaimTx(ctx context.Context, key string, c store.Claim) (store.R
 // claim's locks, and writes the claim's row in it. It reports false (the
 // transaction rolled back, the locks let go of) when the row changed
 // after the first statement read it. On an error the connection is closed
-// and its session killed.
-func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, key string, c store.Claim, life int64) (*requestTx, bool, error) {
+// and its session killed. The claim's life (c.TTL) runs from read, when
+// the first statement had answered: the watchdog ends the session at that
+// life, and a claim whose life is over before its row is written is not
+// handed out.
+func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, read time.Time, key string, c store.Claim, life int64) (*requestTx, bool, error) {
 	// The transaction's context is the request's without its end: the
 	// middleware ends the transaction, and database/sql would roll back
 	// at the context's end, behind its back.
@@ -191,22 +198,42 @@ func (s *Store) begin(ctx, callCtx context.Context, conn *sql.Conn, r claimRow, 
 		// nothing was written; ask again.
 		n, err = 0, nil
 	}
+	if err == nil && n == 1 && callCtx.Err() != nil {
+		// The write landed, and the call's budget ended before its
+		// answer was taken: the driver closes a connection whose
+		// context ends while it waits, the claim's session with it, and
+		// may have done so already. The claim is not handed out.
+		err = context.Cause(callCtx)
+	}
+	left := c.TTL - time.Since(read)
+	if err == nil && n == 1 && left <= 0 {
+		// The claim's life ended while it was being made: its keep
+		// would be fenced, and the handler would run for nothing.
+		err = fmt.Errorf("the claim's life (%v) ended before its row was written", c.TTL)
+	}
 	if err != nil {
 		return fail(err)
 	}
 	if n != 1 {
+		// The caller asks again, on another connection: the locks are
+		// let go of first, not in the background, or it would meet
+		// them, held for itself, and answer in flight.
 		if err := tx.Rollback(); err != nil {
 			txCancel()
 			s.discard(conn, r.connID)
-			return nil, false, nil
+			return nil, false, err
 		}
 		txCancel()
-		s.letGo(conn, r.connID, nil, nil)
+		kl, _ := s.locks(key, c.Fingerprint)
+		if err := s.release(callCtx, conn, r.connID, kl); err != nil {
+			return nil, false, err
+		}
 		return nil, false, nil
 	}
-	t := &requestTx{s: s, conn: conn, tx: tx, cancel: txCancel, key: key, token: c.Token, fp: c.Fingerprint, life: c.TTL,
+	kl, _ := s.locks(key, c.Fingerprint)
+	t := &requestTx{s: s, conn: conn, tx: tx, cancel: txCancel, key: key, kl: kl, token: c.Token, fp: c.Fingerprint, life: c.TTL,
 		deadlineUS: r.nowUS + microsOf(c.TTL), connID: r.connID}
-	t.watch(c.TTL)
+	t.watch(left)
 	return t, true, nil
 }
 
@@ -261,6 +288,7 @@ type requestTx struct {
 	tx     *sql.Tx
 	cancel context.CancelFunc // the transaction's context
 	key    string
+	kl     string // the key's named lock ("" with no key)
 	token  string
 	fp     [32]byte      // the claim's fingerprint
 	life   time.Duration // the claim's
@@ -284,7 +312,7 @@ type requestTx struct {
 // which letGo ends after tx's ROLLBACK.
 func (t *requestTx) giveBack(tx *sql.Tx) {
 	t.handed = true
-	t.s.letGo(t.conn, t.connID, tx, t.cancel)
+	t.s.letGo(t.conn, t.connID, t.kl, tx, t.cancel)
 }
 
 // drop rolls the transaction back as database/sql sees it and closes the
@@ -464,8 +492,7 @@ func (t *requestTx) commitAlone(ctx context.Context, rec *store.Record, header [
 		t.drop()
 		return unavailable("commit", err)
 	}
-	kl, _ := t.s.locks(t.key, t.fp)
-	stmt, args := t.s.sql.keepAlone(t.key, kl, t.token, rec, header, ret, t.deadlineUS)
+	stmt, args := t.s.sql.keepAlone(t.key, t.kl, t.token, rec, header, ret, t.deadlineUS)
 	res, err := t.tx.ExecContext(ctx, stmt, args...)
 	if isNumber(err, errTableNotLocked) {
 		// Tables the handler locked (LOCK TABLES) refuse the record's:
@@ -535,7 +562,7 @@ func (t *requestTx) commitOutside(ctx context.Context, rec *store.Record, header
 		t.s.discard(t.conn, t.connID)
 		return unavailable("commit", err)
 	}
-	if err := t.s.release(ctx, t.conn, t.connID); err != nil && n != 1 {
+	if err := t.s.release(ctx, t.conn, t.connID, t.kl); err != nil && n != 1 {
 		return unavailable("commit", err)
 	}
 	if n != 1 {
@@ -585,13 +612,13 @@ func (t *requestTx) Rollback(ctx context.Context) error {
 	}
 	var held bool
 	var released sql.NullInt64
-	err := t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.token)).Scan(&held, &released)
+	err := t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.kl, t.token)).Scan(&held, &released)
 	if isNumber(err, errTableNotLocked) {
 		// The handler took LOCK TABLES, which committed the transaction
 		// up to it, the claim with it (as DDL does); what it wrote since
 		// is rolled back. The tables are let go of, and the claim read.
 		if _, err = t.tx.ExecContext(ctx, unlockTables); err == nil {
-			err = t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.token)).Scan(&held, &released)
+			err = t.conn.QueryRowContext(ctx, t.s.sql.heldRelease(t.key, t.kl, t.token)).Scan(&held, &released)
 		}
 	}
 	if err != nil {
