@@ -4,10 +4,10 @@ go 1.26.0
 
 require (
 	github.com/go-sql-driver/mysql v1.10.1
-	github.com/idemkey/idemkey v0.0.0-20261203193952-2355ff08867e
-	github.com/idemkey/idemkey/store/mysql v0.0.0-20261203193952-2355ff08867e
-	github.com/idemkey/idemkey/store/postgres v0.0.0-20261203193952-2355ff08867e
-	github.com/idemkey/idemkey/store/redis v0.0.0-20261203193952-2355ff08867e
+	github.com/idemkey/idemkey v0.0.0-20261203201705-bb524189222e
+	github.com/idemkey/idemkey/store/mysql v0.0.0-20261203201705-bb524189222e
+	github.com/idemkey/idemkey/store/postgres v0.0.0-20261203201705-bb524189222e
+	github.com/idemkey/idemkey/store/redis v0.0.0-20261203201705-bb524189222e
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 )

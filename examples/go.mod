@@ -7,14 +7,14 @@ require (
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/google/uuid v1.6.0
-	github.com/idemkey/idemkey v0.0.0-20261203193952-2355ff08867e
-	github.com/idemkey/idemkey/idemecho v0.0.0-20261203193952-2355ff08867e
-	github.com/idemkey/idemkey/idemgin v0.0.0-20261203193952-2355ff08867e
-	github.com/idemkey/idemkey/metrics/prom v0.0.0-20261203193952-2355ff08867e
-	github.com/idemkey/idemkey/openapi v0.0.0-20261203193952-2355ff08867e
-	github.com/idemkey/idemkey/store/mysql v0.0.0-20261203193952-2355ff08867e
-	github.com/idemkey/idemkey/store/postgres v0.0.0-20261203193952-2355ff08867e
-	github.com/idemkey/idemkey/store/redis v0.0.0-20261203193952-2355ff08867e
+	github.com/idemkey/idemkey v0.0.0-20261203201705-bb524189222e
+	github.com/idemkey/idemkey/idemecho v0.0.0-20261203201705-bb524189222e
+	github.com/idemkey/idemkey/idemgin v0.0.0-20261203201705-bb524189222e
+	github.com/idemkey/idemkey/metrics/prom v0.0.0-20261203201705-bb524189222e
+	github.com/idemkey/idemkey/openapi v0.0.0-20261203201705-bb524189222e
+	github.com/idemkey/idemkey/store/mysql v0.0.0-20261203201705-bb524189222e
+	github.com/idemkey/idemkey/store/postgres v0.0.0-20261203201705-bb524189222e
+	github.com/idemkey/idemkey/store/redis v0.0.0-20261203201705-bb524189222e
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/prometheus/client_golang v1.25.0

@@ -3,7 +3,7 @@ module github.com/idemkey/idemkey/idemecho
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-20261203193952-2355ff08867e
+	github.com/idemkey/idemkey v0.0.0-20261203201705-bb524189222e
 	github.com/labstack/echo/v4 v4.16.0
 )
 

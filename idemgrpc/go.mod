@@ -3,7 +3,7 @@ module github.com/idemkey/idemkey/idemgrpc
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-20261203193952-2355ff08867e
+	github.com/idemkey/idemkey v0.0.0-20261203201705-bb524189222e
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

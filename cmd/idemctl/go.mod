@@ -3,10 +3,10 @@ module github.com/idemkey/idemkey/cmd/idemctl
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-20261203193952-2355ff08867e
-	github.com/idemkey/idemkey/store/mysql v0.0.0-20261203193952-2355ff08867e
-	github.com/idemkey/idemkey/store/postgres v0.0.0-20261203193952-2355ff08867e
-	github.com/idemkey/idemkey/store/redis v0.0.0-20261203193952-2355ff08867e
+	github.com/idemkey/idemkey v0.0.0-20261203201705-bb524189222e
+	github.com/idemkey/idemkey/store/mysql v0.0.0-20261203201705-bb524189222e
+	github.com/idemkey/idemkey/store/postgres v0.0.0-20261203201705-bb524189222e
+	github.com/idemkey/idemkey/store/redis v0.0.0-20261203201705-bb524189222e
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 )

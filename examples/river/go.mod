@@ -3,8 +3,8 @@ module github.com/idemkey/idemkey/examples/river
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-20261203193952-2355ff08867e
-	github.com/idemkey/idemkey/store/postgres v0.0.0-20261203193952-2355ff08867e
+	github.com/idemkey/idemkey v0.0.0-20261203201705-bb524189222e
+	github.com/idemkey/idemkey/store/postgres v0.0.0-20261203201705-bb524189222e
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2

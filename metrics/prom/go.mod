@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/go-chi/chi/v5 v5.5.0
-	github.com/idemkey/idemkey v0.0.0-20261203193952-2355ff08867e
+	github.com/idemkey/idemkey v0.0.0-20261203201705-bb524189222e
 	github.com/prometheus/client_golang v1.25.0
 )
 

@@ -6,7 +6,7 @@ module github.com/idemkey/idemkey/internal/pgtest/test
 go 1.26.0
 
 require (
-	github.com/idemkey/idemkey v0.0.0-20261203193952-2355ff08867e
+	github.com/idemkey/idemkey v0.0.0-20261203201705-bb524189222e
 	github.com/jackc/pgx/v5 v5.12.0
 )
 
