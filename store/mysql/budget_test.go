@@ -138,7 +138,8 @@ func TestClaimedNearTheBudget(t *testing.T) {
 			name = "Takeover"
 		}
 		t.Run(name, func(t *testing.T) {
-			for round := range 4 {
+			retries := 0
+			for round := 0; round < 4; round++ {
 				key, c := newKey(), newClaim(1)
 				write := "INSERT INTO `" + table + "` (k, token"
 				if takeover {
@@ -155,6 +156,15 @@ func TestClaimedNearTheBudget(t *testing.T) {
 				late.arm(write, start.Add(budget+50*time.Millisecond))
 				res, tx, err := st.ClaimTx(context.Background(), key, c)
 				late.arm("", time.Time{})
+				if late.held.Load() == held && takeover && err == nil && res.State == store.InFlight && retries < 20 {
+					// The lapsed plain claim lets go of its named locks
+					// in the background, which a loaded machine can run
+					// after this claim tried them: the round did not
+					// reach its write. Make it again on a new key.
+					retries++
+					round--
+					continue
+				}
 				if late.held.Load() == held {
 					t.Fatalf("round %d: the claim's write was not seen (%v %v)", round, res.State, err)
 				}
